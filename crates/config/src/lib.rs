@@ -1,1 +1,449 @@
-//! placeholder
+//! Typed Cairn configuration from one TOML file, `cairn.toml`.
+//!
+//! This crate owns the list of configuration options — their names, types,
+//! defaults, valid ranges and documentation — and reading them from
+//! `cairn.toml` plus command-line overrides (`osd.heartbeat_interval_ms=500`,
+//! `osd.3.store=memstore`). Sections are `[global]`, `[mon]`, `[osd]`,
+//! `[client]`, and `[osd.N]` holding `[osd]` options for OSD `N` only.
+//!
+//! It must never silently fall back: an unknown section, an unknown option or
+//! a bad value is an error naming the option. It does no I/O beyond reading
+//! the file it is asked to load, holds no global state, and knows nothing of
+//! the daemons that use the values.
+//!
+//! Every option is declared once (in `options.rs`) with its type, default,
+//! validation and doc; [`options`] and [`render_defaults`] derive from that.
+
+mod error;
+mod options;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Serialize, Serializer};
+use toml::{Table, Value};
+
+pub use error::ConfigError;
+pub use options::{
+    options, ClientConfig, GlobalConfig, MonConfig, OptionDoc, OsdConfig, StoreKind, LOG_LEVELS,
+    OBJECT_SIZE_RANGE,
+};
+
+use options::{describe, FieldError, Raw, Section};
+
+/// Origin named in errors from [`Config::parse`].
+const PARSE_ORIGIN: &str = "cairn.toml";
+/// Origin named in errors from [`Config::set`] and [`Config::set_all`].
+const SET_ORIGIN: &str = "override";
+
+/// The complete configuration: one struct per section plus `[osd.N]`
+/// overrides (read them through [`Config::osd_for`]).
+///
+/// Serializes to the same tables as `cairn.toml`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// `[global]`.
+    pub global: GlobalConfig,
+    /// `[mon]`.
+    pub mon: MonConfig,
+    /// `[osd]`: defaults for every OSD.
+    pub osd: OsdConfig,
+    /// `[client]`.
+    pub client: ClientConfig,
+    /// `[osd.N]`: the options set explicitly for OSD `N`.
+    osd_overrides: BTreeMap<u32, OsdOverride>,
+}
+
+/// The options set in one `[osd.N]` section: `values` holds them at the
+/// fields named in `keys` (other fields are unused).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct OsdOverride {
+    values: OsdConfig,
+    keys: BTreeSet<&'static str>,
+}
+
+impl Config {
+    /// Reads and validates the configuration file at `path`. Options missing
+    /// from the file keep their defaults. Errors name the file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse_from(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates configuration text (errors say `cairn.toml`).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Self::parse_from(text, PARSE_ORIGIN)
+    }
+
+    fn parse_from(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                origin: origin.to_string(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
+        let mut config = Config::default();
+        for (name, value) in &table {
+            let Value::Table(section) = value else {
+                return Err(if is_section(name) {
+                    invalid(
+                        origin,
+                        name,
+                        format!("expected a section, got {}", describe(value)),
+                    )
+                } else {
+                    ConfigError::OutsideSection {
+                        origin: origin.to_string(),
+                        key: name.clone(),
+                    }
+                });
+            };
+            match name.as_str() {
+                "global" => load_section(&mut config.global, section, origin)?,
+                "mon" => load_section(&mut config.mon, section, origin)?,
+                "client" => load_section(&mut config.client, section, origin)?,
+                "osd" => config.load_osd_section(section, origin)?,
+                _ => return Err(unknown_section(origin, name)),
+            }
+        }
+        config.validate_from(origin)?;
+        Ok(config)
+    }
+
+    /// Loads `[osd]`: its options, and its `N` subtables as `[osd.N]`.
+    fn load_osd_section(&mut self, section: &Table, origin: &str) -> Result<(), ConfigError> {
+        for (key, value) in section {
+            match (value, osd_id(key)) {
+                (Value::Table(sub), Some(id)) => {
+                    let entry = self.osd_overrides.entry(id).or_default();
+                    for (k, v) in sub {
+                        let full = format!("osd.{id}.{k}");
+                        if let Value::Table(_) = v {
+                            if !OsdConfig::KEYS.contains(&k.as_str()) {
+                                return Err(unknown_section(origin, &full));
+                            }
+                        }
+                        entry.set(k, Raw::Toml(v), &full, origin)?;
+                    }
+                }
+                _ => set_in(&mut self.osd, key, value, origin)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The options for OSD `id`: `[osd]` with `[osd.id]` applied on top.
+    pub fn osd_for(&self, id: u32) -> OsdConfig {
+        let mut osd = self.osd.clone();
+        if let Some(o) = self.osd_overrides.get(&id) {
+            for key in &o.keys {
+                osd.copy_from(&o.values, key);
+            }
+        }
+        osd
+    }
+
+    /// The ids of the OSDs that have an `[osd.N]` section.
+    pub fn overridden_osds(&self) -> Vec<u32> {
+        self.osd_overrides.keys().copied().collect()
+    }
+
+    /// Sets one option from a command-line style override: `key` is
+    /// `section.option` (e.g. `osd.heartbeat_interval_ms`) or
+    /// `osd.N.option` (e.g. `osd.3.store`); `value` is the text, with no TOML
+    /// quoting (`memstore`, `500`, `true`). Validated like the file
+    /// (including cross-option checks); on error `self` is unchanged.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        self.set_all([(key, value)])
+    }
+
+    /// Applies several overrides, then validates once, so that options
+    /// checked against each other (e.g. `mon.pool_default_size` and
+    /// `mon.pool_default_min_size`) can be changed together. Atomic: on
+    /// error `self` is unchanged.
+    pub fn set_all<'a, I>(&mut self, assignments: I) -> Result<(), ConfigError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut next = self.clone();
+        for (key, value) in assignments {
+            next.set_one(key, value)?;
+        }
+        next.validate_from(SET_ORIGIN)?;
+        *self = next;
+        Ok(())
+    }
+
+    /// Like [`Config::set_all`] for `key=value` strings, as given on a
+    /// command line (e.g. `--set osd.3.store=memstore`).
+    pub fn set_args<S: AsRef<str>>(&mut self, args: &[S]) -> Result<(), ConfigError> {
+        let mut pairs = Vec::with_capacity(args.len());
+        for arg in args {
+            let arg = arg.as_ref();
+            let (key, value) = arg
+                .split_once('=')
+                .ok_or_else(|| ConfigError::InvalidName {
+                    origin: SET_ORIGIN.to_string(),
+                    name: arg.to_string(),
+                    reason: "expected key=value".to_string(),
+                })?;
+            pairs.push((key.trim(), value.trim()));
+        }
+        self.set_all(pairs)
+    }
+
+    fn set_one(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let origin = SET_ORIGIN;
+        let raw = Raw::Arg(value);
+        let parts: Vec<&str> = key.split('.').collect();
+        match parts.as_slice() {
+            [section, option] => match *section {
+                "global" => set_field(&mut self.global, option, raw, key, origin).map(drop),
+                "mon" => set_field(&mut self.mon, option, raw, key, origin).map(drop),
+                "osd" => set_field(&mut self.osd, option, raw, key, origin).map(drop),
+                "client" => set_field(&mut self.client, option, raw, key, origin).map(drop),
+                _ => Err(unknown_section(origin, section)),
+            },
+            ["osd", id, option] => match osd_id(id) {
+                Some(id) => self
+                    .osd_overrides
+                    .entry(id)
+                    .or_default()
+                    .set(option, raw, key, origin),
+                None => Err(unknown_section(origin, &format!("osd.{id}"))),
+            },
+            [section, sub, _] if is_section(section) => {
+                Err(unknown_section(origin, &format!("{section}.{sub}")))
+            }
+            _ => Err(ConfigError::InvalidName {
+                origin: origin.to_string(),
+                name: key.to_string(),
+                reason: "expected section.option or osd.N.option".to_string(),
+            }),
+        }
+    }
+
+    /// Checks every option and the constraints between options. Loading and
+    /// `set` already do this; call it after changing fields directly.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_from("config")
+    }
+
+    fn validate_from(&self, origin: &str) -> Result<(), ConfigError> {
+        check_section(&self.global, origin)?;
+        check_section(&self.mon, origin)?;
+        check_section(&self.osd, origin)?;
+        check_section(&self.client, origin)?;
+        let mon = &self.mon;
+        if mon.pool_default_min_size > mon.pool_default_size {
+            return Err(invalid(
+                origin,
+                "mon.pool_default_min_size",
+                format!(
+                    "must not exceed mon.pool_default_size ({}), got {}",
+                    mon.pool_default_size, mon.pool_default_min_size
+                ),
+            ));
+        }
+        let grace = mon.osd_heartbeat_grace_ms;
+        let check_interval = |key: &str, osd: &OsdConfig| {
+            if osd.heartbeat_interval_ms >= grace {
+                return Err(invalid(
+                    origin,
+                    key,
+                    format!(
+                        "must be less than mon.osd_heartbeat_grace_ms ({grace}), got {}",
+                        osd.heartbeat_interval_ms
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        check_interval("osd.heartbeat_interval_ms", &self.osd)?;
+        for (id, o) in &self.osd_overrides {
+            if let Err((key, reason)) = o.values.check() {
+                if o.keys.contains(key) {
+                    return Err(invalid(origin, &format!("osd.{id}.{key}"), reason));
+                }
+            }
+            let key = format!("osd.{id}.heartbeat_interval_ms");
+            check_interval(&key, &self.osd_for(*id))?;
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML text that [`Config::parse`] reads back to
+    /// an equal `Config` (all options written out, `[osd.N]` included).
+    pub fn to_toml(&self) -> String {
+        self.to_table().to_string()
+    }
+
+    fn to_table(&self) -> Table {
+        let mut osd = self.osd.to_table();
+        for (id, o) in &self.osd_overrides {
+            let sub: Table = o
+                .keys
+                .iter()
+                .filter_map(|k| Some((k.to_string(), o.values.get(k)?)))
+                .collect();
+            osd.insert(id.to_string(), Value::Table(sub));
+        }
+        let mut root = Table::new();
+        root.insert("global".into(), Value::Table(self.global.to_table()));
+        root.insert("mon".into(), Value::Table(self.mon.to_table()));
+        root.insert("osd".into(), Value::Table(osd));
+        root.insert("client".into(), Value::Table(self.client.to_table()));
+        root
+    }
+}
+
+impl Serialize for Config {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_table().serialize(serializer)
+    }
+}
+
+impl OsdOverride {
+    fn set(
+        &mut self,
+        key: &str,
+        raw: Raw<'_>,
+        full: &str,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
+        let name = set_field(&mut self.values, key, raw, full, origin)?;
+        self.keys.insert(name);
+        Ok(())
+    }
+}
+
+/// A commented `cairn.toml` with every option at its default, each preceded
+/// by its documentation. [`Config::parse`] reads it back to
+/// [`Config::default`].
+pub fn render_defaults() -> String {
+    let mut out = String::from(
+        "# cairn.toml: Cairn configuration.\n\
+         #\n\
+         # Every option is listed with its default value. Unknown sections and\n\
+         # options are errors. Options for a single OSD go in an [osd.N] section,\n\
+         # which overrides [osd] for OSD N only, for example:\n\
+         #\n\
+         #   [osd.3]\n\
+         #   store = \"memstore\"\n",
+    );
+    let mut section = "";
+    for opt in options() {
+        if opt.section != section {
+            section = opt.section;
+            out.push_str(&format!("\n[{section}]\n"));
+        } else {
+            out.push('\n');
+        }
+        for line in wrap(opt.doc, 76) {
+            out.push_str(&format!("# {line}\n"));
+        }
+        out.push_str(&format!("# Type: {}.\n", opt.kind));
+        out.push_str(&format!("{} = {}\n", opt.name, opt.default));
+    }
+    out
+}
+
+/// Splits `text` into lines of at most `width` characters at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+fn is_section(name: &str) -> bool {
+    matches!(name, "global" | "mon" | "osd" | "client")
+}
+
+/// The OSD id of an `[osd.N]` name part: a canonical decimal `u32`.
+fn osd_id(text: &str) -> Option<u32> {
+    text.parse::<u32>().ok().filter(|id| id.to_string() == text)
+}
+
+/// Loads every key of a section table.
+fn load_section<S: Section>(
+    target: &mut S,
+    table: &Table,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        set_in(target, key, value, origin)?;
+    }
+    Ok(())
+}
+
+/// Sets `key` of section `S` from a TOML value of the file.
+fn set_in<S: Section>(
+    target: &mut S,
+    key: &str,
+    value: &Value,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    let full = format!("{}.{key}", S::NAME);
+    if let Value::Table(_) = value {
+        if !S::KEYS.contains(&key) {
+            return Err(unknown_section(origin, &full));
+        }
+    }
+    set_field(target, key, Raw::Toml(value), &full, origin).map(drop)
+}
+
+/// Sets one option, turning a field error into an error naming `full`.
+fn set_field<S: Section>(
+    target: &mut S,
+    key: &str,
+    raw: Raw<'_>,
+    full: &str,
+    origin: &str,
+) -> Result<&'static str, ConfigError> {
+    target.set(key, raw).map_err(|e| match e {
+        FieldError::Unknown => ConfigError::UnknownOption {
+            origin: origin.to_string(),
+            key: full.to_string(),
+        },
+        FieldError::Invalid(reason) => invalid(origin, full, reason),
+    })
+}
+
+fn check_section<S: Section>(section: &S, origin: &str) -> Result<(), ConfigError> {
+    section
+        .check()
+        .map_err(|(key, reason)| invalid(origin, &format!("{}.{key}", S::NAME), reason))
+}
+
+fn invalid(origin: &str, key: &str, reason: String) -> ConfigError {
+    ConfigError::InvalidValue {
+        origin: origin.to_string(),
+        key: key.to_string(),
+        reason,
+    }
+}
+
+fn unknown_section(origin: &str, section: &str) -> ConfigError {
+    ConfigError::UnknownSection {
+        origin: origin.to_string(),
+        section: section.to_string(),
+    }
+}

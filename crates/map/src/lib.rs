@@ -1,1 +1,361 @@
-//! placeholder
+//! The cluster map: the one versioned description of the cluster that every
+//! daemon and client shares — OSDs (address, up/down, in/out, weight) and pools
+//! (size, min_size, pg_num) — and the placement computed from it alone.
+//!
+//! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
+//! change. Everyone else holds an immutable copy and computes, for any object,
+//! its PG ([`ClusterMap::object_pg`]) and, for any PG, its acting set
+//! ([`ClusterMap::acting`]). This crate must never do I/O.
+
+use std::collections::BTreeMap;
+
+use cairn_placement::{pg_placement_seed, pg_seed, straw2_select, Candidate};
+use cairn_types::{Epoch, OsdId, PgId, PoolId};
+use serde::{Deserialize, Serialize};
+
+/// Weight 1.0 in the 16.16 fixed point that placement uses.
+pub const WEIGHT_ONE: u32 = 0x10000;
+
+/// Largest pg_num a pool may have.
+pub const MAX_PG_NUM: u32 = 1 << 16;
+
+/// Largest replication factor.
+pub const MAX_POOL_SIZE: u32 = 10;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    pub id: OsdId,
+    /// Where the OSD serves clients and peers; set at boot.
+    pub addr: String,
+    pub up: bool,
+    /// `in` OSDs take part in placement; `out` ones get no PGs.
+    pub is_in: bool,
+    /// Placement weight, 16.16 fixed point.
+    pub weight: u32,
+    /// Epoch of the OSD's latest boot: a restart is a new incarnation even if
+    /// no map in between showed it down.
+    pub up_from: Epoch,
+    /// Epoch at which the OSD was last marked down (0 if never).
+    pub down_at: Epoch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    pub id: PoolId,
+    pub name: String,
+    /// Number of copies.
+    pub size: u32,
+    /// Copies that must be up for the PG to serve I/O.
+    pub min_size: u32,
+    pub pg_num: u32,
+    pub created: Epoch,
+}
+
+impl Pool {
+    /// Check a pool's parameters; the error names the bad one.
+    pub fn validate_params(size: u32, min_size: u32, pg_num: u32) -> Result<(), MapError> {
+        if !pg_num.is_power_of_two() || pg_num > MAX_PG_NUM {
+            return Err(MapError::Invalid(format!(
+                "pg_num {pg_num} must be a power of two between 1 and {MAX_PG_NUM}"
+            )));
+        }
+        if size == 0 || size > MAX_POOL_SIZE {
+            return Err(MapError::Invalid(format!(
+                "size {size} must be between 1 and {MAX_POOL_SIZE}"
+            )));
+        }
+        if min_size == 0 || min_size > size {
+            return Err(MapError::Invalid(format!(
+                "min_size {min_size} must be between 1 and size ({size})"
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn pgs(&self) -> impl Iterator<Item = PgId> + '_ {
+        (0..self.pg_num).map(move |seed| PgId::new(self.id, seed))
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum MapError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("pool '{0}' already exists")]
+    PoolExists(String),
+    #[error("pool '{0}' does not exist")]
+    NoSuchPool(String),
+    #[error("osd.{0} does not exist")]
+    NoSuchOsd(OsdId),
+}
+
+/// The acting set of a PG under one map: the OSDs that hold it and are up, in
+/// placement order; the first is the primary.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Acting {
+    pub osds: Vec<OsdId>,
+    /// `up_from` of each member, so that a restarted member starts a new interval.
+    pub incarnations: Vec<Epoch>,
+}
+
+impl Acting {
+    pub fn primary(&self) -> Option<OsdId> {
+        self.osds.first().copied()
+    }
+
+    pub fn contains(&self, osd: OsdId) -> bool {
+        self.osds.contains(&osd)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Random id of the cluster, fixed at creation.
+    pub fsid: String,
+    pub epoch: Epoch,
+    pub osds: BTreeMap<OsdId, OsdInfo>,
+    pub pools: BTreeMap<PoolId, Pool>,
+    pub next_pool_id: PoolId,
+}
+
+impl ClusterMap {
+    pub fn new(fsid: String) -> Self {
+        Self {
+            fsid,
+            epoch: 1,
+            osds: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            next_pool_id: 1,
+        }
+    }
+
+    pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
+    pub fn pool(&self, id: PoolId) -> Option<&Pool> {
+        self.pools.get(&id)
+    }
+
+    /// The PG an object of `pool` belongs to.
+    pub fn object_pg(&self, pool: &Pool, object: &str) -> PgId {
+        PgId::new(pool.id, pg_seed(object, pool.pg_num))
+    }
+
+    /// Placement ignoring up/down: `size` distinct `in` OSDs, in order.
+    pub fn raw_placement(&self, pg: PgId) -> Vec<OsdId> {
+        let Some(pool) = self.pools.get(&pg.pool) else {
+            return Vec::new();
+        };
+        let candidates: Vec<Candidate> = self
+            .osds
+            .values()
+            .filter(|o| o.is_in && o.weight > 0)
+            .map(|o| Candidate {
+                id: o.id,
+                weight: o.weight,
+            })
+            .collect();
+        let placed = straw2_select(
+            pg_placement_seed(pg.pool, pg.seed),
+            &candidates,
+            pool.size as usize,
+        );
+        debug_assert!(
+            {
+                let mut sorted = placed.clone();
+                sorted.sort_unstable();
+                sorted.windows(2).all(|w| w[0] != w[1])
+            },
+            "placement returned a duplicate OSD for {pg}"
+        );
+        placed
+    }
+
+    /// The acting set: the raw placement without the OSDs that are down.
+    pub fn acting(&self, pg: PgId) -> Acting {
+        let mut acting = Acting {
+            osds: Vec::new(),
+            incarnations: Vec::new(),
+        };
+        for osd in self.raw_placement(pg) {
+            if let Some(info) = self.osds.get(&osd).filter(|o| o.up) {
+                acting.osds.push(osd);
+                acting.incarnations.push(info.up_from);
+            }
+        }
+        acting
+    }
+
+    pub fn is_up(&self, osd: OsdId) -> bool {
+        self.osds.get(&osd).is_some_and(|o| o.up)
+    }
+
+    pub fn osd_addr(&self, osd: OsdId) -> Option<&str> {
+        self.osds
+            .get(&osd)
+            .filter(|o| o.up)
+            .map(|o| o.addr.as_str())
+    }
+
+    /// Every PG of every pool.
+    pub fn all_pgs(&self) -> impl Iterator<Item = PgId> + '_ {
+        self.pools.values().flat_map(|p| p.pgs())
+    }
+
+    // ----- mutations (monitor only); each returns whether the map changed -----
+
+    /// Record an OSD's boot at `addr`; adds it (in, weight 1.0) if new.
+    pub fn osd_boot(&mut self, id: OsdId, addr: String, weight: u32) {
+        let next = self.epoch + 1;
+        let info = self.osds.entry(id).or_insert_with(|| OsdInfo {
+            id,
+            addr: String::new(),
+            up: false,
+            is_in: true,
+            weight,
+            up_from: 0,
+            down_at: 0,
+        });
+        info.addr = addr;
+        info.up = true;
+        info.up_from = next;
+    }
+
+    pub fn mark_down(&mut self, id: OsdId) -> bool {
+        let next = self.epoch + 1;
+        match self.osds.get_mut(&id) {
+            Some(info) if info.up => {
+                info.up = false;
+                info.down_at = next;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn set_in(&mut self, id: OsdId, is_in: bool) -> Result<bool, MapError> {
+        let info = self.osds.get_mut(&id).ok_or(MapError::NoSuchOsd(id))?;
+        let changed = info.is_in != is_in;
+        info.is_in = is_in;
+        Ok(changed)
+    }
+
+    pub fn create_pool(
+        &mut self,
+        name: &str,
+        size: u32,
+        min_size: u32,
+        pg_num: u32,
+    ) -> Result<PoolId, MapError> {
+        validate_pool_name(name)?;
+        Pool::validate_params(size, min_size, pg_num)?;
+        if self.pool_by_name(name).is_some() {
+            return Err(MapError::PoolExists(name.to_string()));
+        }
+        let id = self.next_pool_id;
+        self.next_pool_id += 1;
+        let pool = Pool {
+            id,
+            name: name.to_string(),
+            size,
+            min_size,
+            pg_num,
+            created: self.epoch + 1,
+        };
+        self.pools.insert(id, pool);
+        Ok(id)
+    }
+
+    pub fn remove_pool(&mut self, name: &str) -> Result<PoolId, MapError> {
+        let id = self
+            .pool_by_name(name)
+            .ok_or_else(|| MapError::NoSuchPool(name.into()))?
+            .id;
+        self.pools.remove(&id);
+        Ok(id)
+    }
+}
+
+/// Pool names: 1–64 characters of `[A-Za-z0-9_.-]`, not starting with `.`.
+pub fn validate_pool_name(name: &str) -> Result<(), MapError> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if name.is_empty() || name.len() > 64 || !ok_chars || name.starts_with('.') {
+        return Err(MapError::Invalid(format!(
+            "invalid pool name '{name}': use 1-64 characters of A-Z a-z 0-9 _ . -"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map_with(osds: u32) -> ClusterMap {
+        let mut map = ClusterMap::new("test".into());
+        for id in 0..osds {
+            map.osd_boot(id, format!("127.0.0.1:{}", 7000 + id), WEIGHT_ONE);
+        }
+        map.create_pool("rbd", 3, 2, 64).unwrap();
+        map
+    }
+
+    #[test]
+    fn acting_sets_are_distinct_and_drop_down_osds() {
+        let mut map = map_with(5);
+        let pool = map.pool_by_name("rbd").unwrap().clone();
+        for pg in pool.pgs() {
+            let acting = map.acting(pg);
+            assert_eq!(acting.osds.len(), 3, "{pg}");
+        }
+        map.mark_down(2);
+        for pg in pool.pgs() {
+            let raw = map.raw_placement(pg);
+            let acting = map.acting(pg);
+            assert!(!acting.contains(2));
+            assert_eq!(acting.osds.len(), raw.iter().filter(|&&o| o != 2).count());
+        }
+    }
+
+    #[test]
+    fn out_osds_get_no_placement() {
+        let mut map = map_with(4);
+        map.set_in(1, false).unwrap();
+        let pool = map.pool_by_name("rbd").unwrap().clone();
+        for pg in pool.pgs() {
+            assert!(!map.raw_placement(pg).contains(&1));
+            assert_eq!(map.acting(pg).osds.len(), 3);
+        }
+    }
+
+    #[test]
+    fn restart_changes_the_acting_incarnation() {
+        let mut map = map_with(3);
+        let pg = PgId::new(1, 0);
+        let before = map.acting(pg);
+        map.epoch += 1;
+        map.osd_boot(before.osds[1], "127.0.0.1:1".into(), WEIGHT_ONE);
+        let after = map.acting(pg);
+        assert_eq!(before.osds, after.osds);
+        assert_ne!(before, after);
+    }
+
+    #[test]
+    fn pool_parameters_are_checked() {
+        let mut map = map_with(3);
+        assert!(matches!(
+            map.create_pool("rbd", 3, 2, 8),
+            Err(MapError::PoolExists(_))
+        ));
+        assert!(map.create_pool("a", 3, 2, 12).is_err());
+        assert!(map.create_pool("a", 0, 0, 8).is_err());
+        assert!(map.create_pool("a", 2, 3, 8).is_err());
+        assert!(map.create_pool("bad/name", 2, 1, 8).is_err());
+        assert!(map.create_pool("a", 2, 1, 8).is_ok());
+        assert!(map.remove_pool("nope").is_err());
+        assert!(map.remove_pool("a").is_ok());
+    }
+}

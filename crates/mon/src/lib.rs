@@ -1,1 +1,333 @@
-//! placeholder
+//! The monitor: sole owner and writer of the cluster map.
+//!
+//! It registers booting OSDs, marks silent or disconnected ones down (and,
+//! after a longer interval, out), creates and removes pools, persists every
+//! new epoch in its [`store`] before publishing it, and pushes each epoch to
+//! every subscriber. It also gathers the PG states that primaries report in
+//! their heartbeats, for `cairn status`. It never touches object data.
+//!
+//! One monitor serves a cluster for now; a Raft quorum will replace
+//! [`store::MapStore`] without changing the map model.
+
+mod commands;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_map::{ClusterMap, WEIGHT_ONE};
+use cairn_types::{OsdId, PgId};
+use cairn_wire::{Connection, Message, PgStat, Sender, WireError};
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+
+pub use store::{MapStore, MonStoreError};
+
+/// Monitor behaviour, from the `[mon]` section of the configuration.
+#[derive(Clone, Debug)]
+pub struct MonOptions {
+    pub heartbeat_grace: Duration,
+    pub down_on_disconnect: bool,
+    /// `None`: never mark down OSDs out automatically.
+    pub down_out_interval: Option<Duration>,
+    pub pool_default_pg_num: u32,
+    pub pool_default_size: u32,
+    pub pool_default_min_size: u32,
+}
+
+impl Default for MonOptions {
+    fn default() -> Self {
+        Self {
+            heartbeat_grace: Duration::from_secs(6),
+            down_on_disconnect: true,
+            down_out_interval: Some(Duration::from_secs(600)),
+            pool_default_pg_num: 32,
+            pool_default_size: 3,
+            pool_default_min_size: 2,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MonError {
+    #[error(transparent)]
+    Store(#[from] MonStoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Monitor {
+    opts: MonOptions,
+    state: Mutex<MonState>,
+}
+
+struct OsdSession {
+    session: u64,
+    last_heartbeat: Instant,
+}
+
+struct MonState {
+    map: Arc<ClusterMap>,
+    store: MapStore,
+    subscribers: Vec<Sender>,
+    sessions: HashMap<OsdId, OsdSession>,
+    down_since: HashMap<OsdId, Instant>,
+    pg_stats: HashMap<PgId, PgStat>,
+    next_session: u64,
+}
+
+impl Monitor {
+    /// Open the monitor's store in `dir`, creating a new cluster if empty.
+    pub fn open(dir: &std::path::Path, opts: MonOptions) -> Result<Arc<Self>, MonError> {
+        let (mut store, latest) = MapStore::open(dir)?;
+        let map = match latest {
+            Some(map) => map,
+            None => {
+                let map = ClusterMap::new(format!("{:032x}", rand::random::<u128>()));
+                store.append(&map)?;
+                map
+            }
+        };
+        // OSDs must re-boot to be up: their sessions died with the old monitor.
+        let mut map = map;
+        let up: Vec<OsdId> = map.osds.values().filter(|o| o.up).map(|o| o.id).collect();
+        if !up.is_empty() {
+            for id in up {
+                map.mark_down(id);
+            }
+            map.epoch += 1;
+            store.append(&map)?;
+        }
+        tracing::info!("monitor open: fsid {} epoch {}", map.fsid, map.epoch);
+        let state = MonState {
+            map: Arc::new(map),
+            store,
+            subscribers: Vec::new(),
+            sessions: HashMap::new(),
+            down_since: HashMap::new(),
+            pg_stats: HashMap::new(),
+            next_session: 1,
+        };
+        Ok(Arc::new(Self {
+            opts,
+            state: Mutex::new(state),
+        }))
+    }
+
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.state.lock().map.clone()
+    }
+
+    /// Serve until the listener fails.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        let ticker = self.clone();
+        tokio::spawn(async move { ticker.tick_loop().await });
+        loop {
+            let (stream, peer) = listener.accept().await?;
+            let mon = self.clone();
+            tokio::spawn(async move {
+                match Connection::from_stream(stream) {
+                    Ok(conn) => mon.session(conn).await,
+                    Err(e) => tracing::debug!("accept from {peer}: {e}"),
+                }
+            });
+        }
+    }
+
+    pub async fn bind(addr: &str) -> Result<TcpListener, MonError> {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| MonError::Listen {
+                addr: addr.to_string(),
+                source,
+            })
+    }
+
+    /// Apply a change to a copy of the map; if it reports a change, persist the
+    /// new epoch and publish it. Returns the closure's value.
+    fn update<T>(
+        &self,
+        state: &mut MonState,
+        change: impl FnOnce(&mut ClusterMap) -> (bool, T),
+    ) -> Result<T, MonStoreError> {
+        let mut next = (*state.map).clone();
+        let (changed, value) = change(&mut next);
+        if changed {
+            next.epoch = state.map.epoch + 1;
+            state.store.append(&next)?;
+            tracing::info!("map epoch {}", next.epoch);
+            state.map = Arc::new(next);
+            let msg = Message::MapUpdate {
+                map: Box::new((*state.map).clone()),
+            };
+            state.subscribers.retain(|s| s.send(msg.clone()));
+        }
+        Ok(value)
+    }
+
+    async fn session(self: Arc<Self>, mut conn: Connection) {
+        let peer = conn.peer;
+        let entity = match conn.reader.read().await {
+            Ok(Message::Hello { entity, .. }) => entity,
+            Ok(other) => {
+                tracing::warn!("{peer}: expected hello, got {other:?}; closing");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("{peer}: {e}");
+                return;
+            }
+        };
+        let session = {
+            let mut st = self.state.lock();
+            st.next_session += 1;
+            st.next_session
+        };
+        let mut booted: Option<OsdId> = None;
+        loop {
+            let msg = match conn.reader.read().await {
+                Ok(msg) => msg,
+                Err(WireError::Closed) => break,
+                Err(e) => {
+                    tracing::warn!("{entity} at {peer}: malformed message ({e}); closing");
+                    break;
+                }
+            };
+            if let Err(e) = self.handle(msg, &conn.sender, session, &mut booted) {
+                tracing::error!("{entity}: {e}");
+                break;
+            }
+        }
+        if let Some(id) = booted {
+            self.osd_session_closed(id, session);
+        }
+    }
+
+    fn handle(
+        &self,
+        msg: Message,
+        sender: &Sender,
+        session: u64,
+        booted: &mut Option<OsdId>,
+    ) -> Result<(), MonStoreError> {
+        match msg {
+            Message::OsdBoot { id, addr, fsid } => {
+                let mut st = self.state.lock();
+                if fsid != st.map.fsid {
+                    tracing::error!("osd.{id} belongs to cluster {fsid}, not {}", st.map.fsid);
+                    return Ok(());
+                }
+                st.sessions.insert(
+                    id,
+                    OsdSession {
+                        session,
+                        last_heartbeat: Instant::now(),
+                    },
+                );
+                st.down_since.remove(&id);
+                *booted = Some(id);
+                tracing::info!("osd.{id} booted at {addr}");
+                self.update(&mut st, |map| {
+                    map.osd_boot(id, addr, WEIGHT_ONE);
+                    (true, ())
+                })?;
+            }
+            Message::OsdHeartbeat { id, pgs, .. } => {
+                let mut st = self.state.lock();
+                if let Some(s) = st.sessions.get_mut(&id).filter(|s| s.session == session) {
+                    s.last_heartbeat = Instant::now();
+                }
+                for stat in pgs {
+                    st.pg_stats.insert(stat.pg, stat);
+                }
+            }
+            Message::Subscribe { have } => {
+                let mut st = self.state.lock();
+                if st.map.epoch > have {
+                    sender.send(Message::MapUpdate {
+                        map: Box::new((*st.map).clone()),
+                    });
+                }
+                st.subscribers.push(sender.clone());
+            }
+            Message::MonCommand { tid, cmd } => {
+                let result = self.command(cmd)?;
+                sender.send(Message::MonReply { tid, result });
+            }
+            Message::Ping { nonce } => {
+                sender.send(Message::Pong { nonce });
+            }
+            other => tracing::debug!("monitor ignores {other:?}"),
+        }
+        Ok(())
+    }
+
+    fn osd_session_closed(&self, id: OsdId, session: u64) {
+        let mut st = self.state.lock();
+        if st.sessions.get(&id).map(|s| s.session) != Some(session) {
+            return; // a newer boot replaced this session
+        }
+        st.sessions.remove(&id);
+        if self.opts.down_on_disconnect {
+            tracing::info!("osd.{id} disconnected; marking down");
+            self.mark_down(&mut st, id);
+        }
+    }
+
+    fn mark_down(&self, st: &mut MonState, id: OsdId) {
+        st.down_since.insert(id, Instant::now());
+        if let Err(e) = self.update(st, |map| (map.mark_down(id), ())) {
+            tracing::error!("cannot persist map: {e}");
+        }
+    }
+
+    async fn tick_loop(self: Arc<Self>) {
+        let mut interval = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            interval.tick().await;
+            let mut st = self.state.lock();
+            let now = Instant::now();
+            let silent: Vec<OsdId> = st
+                .sessions
+                .iter()
+                .filter(|(_, s)| now.duration_since(s.last_heartbeat) > self.opts.heartbeat_grace)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in silent {
+                tracing::warn!(
+                    "osd.{id} missed heartbeats for {:?}; marking down",
+                    self.opts.heartbeat_grace
+                );
+                st.sessions.remove(&id);
+                self.mark_down(&mut st, id);
+            }
+            if let Some(out_after) = self.opts.down_out_interval {
+                let due: Vec<OsdId> = st
+                    .down_since
+                    .iter()
+                    .filter(|(_, t)| now.duration_since(**t) > out_after)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in due {
+                    st.down_since.remove(&id);
+                    tracing::warn!("osd.{id} down for {out_after:?}; marking out");
+                    if let Err(e) = self.update(&mut st, |map| {
+                        let changed = map.set_in(id, false).unwrap_or(false);
+                        (changed, ())
+                    }) {
+                        tracing::error!("cannot persist map: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Serve a monitor on an already-bound listener (for callers that chose the port).
+pub async fn run(mon: Arc<Monitor>, listener: TcpListener) -> std::io::Result<()> {
+    mon.serve(listener).await
+}

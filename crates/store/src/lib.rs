@@ -27,6 +27,7 @@
 pub mod conformance;
 pub mod filestore;
 pub mod memstore;
+mod meta;
 mod txn;
 
 use std::collections::BTreeMap;

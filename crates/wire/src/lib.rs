@@ -1,1 +1,14 @@
-//! placeholder
+//! The wire: how Cairn's daemons and clients talk.
+//!
+//! This crate owns the binary framing ([`frame`]), every message
+//! ([`msg`]) and the connection halves that read and write them
+//! ([`conn`]). It knows nothing of what a message means; the monitor, OSD and
+//! client give meaning. A malformed frame is an error for that connection only.
+
+pub mod conn;
+pub mod frame;
+pub mod msg;
+
+pub use conn::{connect, Connection, FrameReader, Sender};
+pub use frame::{decode_payload, encode_frame, WireError, FRAME_HEADER_LEN, MAX_FRAME_LEN};
+pub use msg::*;

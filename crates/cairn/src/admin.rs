@@ -1,0 +1,236 @@
+//! Admin commands that talk to a running cluster: status, pools, PGs, images.
+
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use cairn_client::{Cluster, Image};
+use cairn_types::{format_size, parse_size};
+use cairn_wire::MonCommand;
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::{conf, output, Context};
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Create a pool.
+    Create {
+        name: String,
+        /// Number of PGs, a power of two (default: mon.pool_default_pg_num).
+        #[arg(long)]
+        pg_num: Option<u32>,
+        /// Copies of each object (default: mon.pool_default_size).
+        #[arg(long)]
+        size: Option<u32>,
+        /// Copies that must be up to serve I/O (default: mon.pool_default_min_size).
+        #[arg(long)]
+        min_size: Option<u32>,
+    },
+    /// List pools.
+    Ls,
+    /// Remove a pool and everything in it.
+    Rm { name: String },
+}
+
+#[derive(Subcommand)]
+pub enum PgCmd {
+    /// List every PG with its state and acting set.
+    Ls,
+}
+
+#[derive(Subcommand)]
+pub enum ImageCmd {
+    /// Create an image: `cairn image create rbd/vol0 --size 10G`.
+    Create {
+        /// POOL/NAME
+        image: String,
+        /// Size with an optional suffix (K, M, G, T); a multiple of 512.
+        #[arg(long)]
+        size: String,
+        /// Object size, a power of two from 4K to 64M (default: client.image_default_object_size).
+        #[arg(long)]
+        object_size: Option<String>,
+    },
+    /// List the images of a pool (default `rbd`).
+    Ls { pool: Option<String> },
+    /// Show an image's size and layout.
+    Info { image: String },
+    /// Grow or shrink an image.
+    Resize {
+        image: String,
+        #[arg(long)]
+        size: String,
+    },
+    /// Remove an image and its data.
+    Rm { image: String },
+}
+
+/// Split `POOL/NAME`.
+pub fn split_image(spec: &str) -> Result<(String, String)> {
+    match spec.split_once('/') {
+        Some((pool, name)) if !pool.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((pool.to_string(), name.to_string()))
+        }
+        _ => anyhow::bail!("image must be given as POOL/NAME, got '{spec}'"),
+    }
+}
+
+pub fn size_arg(text: &str) -> Result<u64> {
+    parse_size(text).map_err(|_| anyhow::anyhow!("invalid size '{text}' (e.g. 4096, 512K, 10G)"))
+}
+
+/// Run `f` against a freshly connected cluster on a small runtime.
+pub fn with_cluster<T>(ctx: &Context, f: impl AsyncFnOnce(Arc<Cluster>) -> Result<T>) -> Result<T> {
+    let config = conf::load(ctx)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        f(cluster).await
+    })
+}
+
+pub fn mon_command(ctx: &Context, cmd: MonCommand) -> Result<Value> {
+    with_cluster(ctx, async move |cluster| {
+        Ok(cluster.mon_command(cmd).await?)
+    })
+}
+
+pub fn status(ctx: &Context) -> Result<()> {
+    let value = mon_command(ctx, MonCommand::Status)?;
+    if ctx.json {
+        println!("{value}");
+    } else {
+        output::print_status(&value);
+    }
+    Ok(())
+}
+
+pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
+    let (mon_cmd, ls) = match cmd {
+        PoolCmd::Create {
+            name,
+            pg_num,
+            size,
+            min_size,
+        } => {
+            if let Some(pg_num) = pg_num {
+                if !pg_num.is_power_of_two() {
+                    anyhow::bail!("pg_num {pg_num} must be a power of two");
+                }
+            }
+            (
+                MonCommand::PoolCreate {
+                    name,
+                    pg_num,
+                    size,
+                    min_size,
+                },
+                false,
+            )
+        }
+        PoolCmd::Ls => (MonCommand::PoolLs, true),
+        PoolCmd::Rm { name } => (MonCommand::PoolRm { name }, false),
+    };
+    let value = mon_command(ctx, mon_cmd)?;
+    if ctx.json {
+        println!("{value}");
+    } else if ls {
+        output::print_pools(&value);
+    } else {
+        println!("{}", output::describe_change(&value));
+    }
+    Ok(())
+}
+
+pub fn pg(ctx: &Context, cmd: PgCmd) -> Result<()> {
+    let PgCmd::Ls = cmd;
+    let value = mon_command(ctx, MonCommand::PgLs)?;
+    if ctx.json {
+        println!("{value}");
+    } else {
+        output::print_pgs(&value);
+    }
+    Ok(())
+}
+
+pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
+    let json = ctx.json;
+    let default_object_size = conf::load(ctx)?.client.image_default_object_size;
+    with_cluster(ctx, async move |cluster| {
+        match cmd {
+            ImageCmd::Create {
+                image,
+                size,
+                object_size,
+            } => {
+                let (pool, name) = split_image(&image)?;
+                let size = size_arg(&size)?;
+                let object_size = match object_size {
+                    Some(text) => size_arg(&text)?,
+                    None => default_object_size,
+                };
+                let info = Image::create(&cluster, &pool, &name, size, object_size).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&info)?);
+                } else {
+                    println!(
+                        "created {pool}/{name}: {} ({} objects of {})",
+                        format_size(info.size),
+                        info.objects(),
+                        format_size(info.object_size)
+                    );
+                }
+            }
+            ImageCmd::Ls { pool } => {
+                let pool = pool.unwrap_or_else(|| "rbd".into());
+                let names = Image::list(&cluster, &pool).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&names)?);
+                } else {
+                    for name in names {
+                        println!("{name}");
+                    }
+                }
+            }
+            ImageCmd::Info { image } => {
+                let (pool, name) = split_image(&image)?;
+                let info = Image::info(&cluster, &pool, &name).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&info)?);
+                } else {
+                    println!("image {pool}/{name}");
+                    println!("  id:          {}", info.id);
+                    println!(
+                        "  size:        {} ({} bytes)",
+                        format_size(info.size),
+                        info.size
+                    );
+                    println!("  object size: {}", format_size(info.object_size));
+                    println!("  objects:     {}", info.objects());
+                }
+            }
+            ImageCmd::Resize { image, size } => {
+                let (pool, name) = split_image(&image)?;
+                let info = Image::resize(&cluster, &pool, &name, size_arg(&size)?).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&info)?);
+                } else {
+                    println!("resized {pool}/{name} to {}", format_size(info.size));
+                }
+            }
+            ImageCmd::Rm { image } => {
+                let (pool, name) = split_image(&image)?;
+                Image::remove(&cluster, &pool, &name).await?;
+                if json {
+                    println!("{}", serde_json::json!({ "removed": image }));
+                } else {
+                    println!("removed {pool}/{name}");
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,82 @@
+//! `cairn bench`: drive an image through the client library and print
+//! IOPS, bandwidth and latency percentiles.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use cairn_bench::{BenchSpec, RwMode};
+use cairn_client::{Cluster, Image};
+use clap::Args;
+
+use crate::{admin, conf, Context};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// The image to drive, as POOL/NAME.
+    #[arg(long)]
+    image: String,
+    /// read | write | randread | randwrite | randrw.
+    #[arg(long, default_value = "randwrite")]
+    rw: String,
+    /// Percentage of reads for randrw.
+    #[arg(long, default_value_t = 70)]
+    rwmixread: u32,
+    /// Block size (e.g. 4k, 64k, 1M).
+    #[arg(long, default_value = "4k")]
+    bs: String,
+    #[arg(long, default_value_t = 32)]
+    iodepth: u32,
+    #[arg(long, default_value_t = 1)]
+    numjobs: u32,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10)]
+    runtime: u64,
+    /// Seconds run before measuring starts.
+    #[arg(long, default_value_t = 2)]
+    ramp: u64,
+    /// Write the whole region sequentially first, so thin provisioning does not flatter reads.
+    #[arg(long)]
+    precondition: bool,
+    /// Limit the tested region to the first SIZE bytes of the image.
+    #[arg(long)]
+    size: Option<String>,
+    /// Worker threads of the client runtime.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
+    let (pool, name) = admin::split_image(&args.image)?;
+    let rw: RwMode = args.rw.parse()?;
+    let spec = BenchSpec {
+        rw,
+        rwmixread: args.rwmixread,
+        bs: admin::size_arg(&args.bs)?,
+        iodepth: args.iodepth,
+        numjobs: args.numjobs,
+        runtime: Duration::from_secs(args.runtime),
+        ramp: Duration::from_secs(args.ramp),
+        precondition: args.precondition,
+        size: args.size.as_deref().map(admin::size_arg).transpose()?,
+        seed: None,
+    };
+    let config = conf::load(ctx)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let json = ctx.json;
+    rt.block_on(async move {
+        let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        let image = Image::open(&cluster, &pool, &name).await?;
+        spec.validate(cairn_volume::Volume::size(&*image))?;
+        let report = cairn_bench::run(image, &spec).await?;
+        if json {
+            println!("{}", report.to_json()?);
+        } else {
+            print!("{}", report.table());
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,97 @@
+//! Finding and loading `cairn.toml`, and `cairn config`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use cairn_config::Config;
+use clap::Subcommand;
+
+use crate::Context;
+
+#[derive(Subcommand)]
+pub enum ConfigCmd {
+    /// Print every option with its default and documentation, as a TOML file.
+    Defaults,
+    /// Validate a configuration file (the one found by --conf or the default search).
+    Check,
+}
+
+/// Where the configuration is: `--conf`, `$CAIRN_CONF`, `./cairn.toml`,
+/// `./cairn-cluster/cairn.toml`, in that order; `None` means defaults.
+pub fn find(ctx: &Context) -> Option<PathBuf> {
+    if let Some(path) = &ctx.conf_path {
+        return Some(path.clone());
+    }
+    if let Some(path) = std::env::var_os("CAIRN_CONF") {
+        return Some(PathBuf::from(path));
+    }
+    ["cairn.toml", "cairn-cluster/cairn.toml"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// Load the configuration (defaults if there is none) and apply `--mon`.
+pub fn load(ctx: &Context) -> Result<Config> {
+    let mut config = match find(ctx) {
+        Some(path) => load_file(&path)?,
+        None => Config::default(),
+    };
+    if let Some(mon) = &ctx.mon_override {
+        config.set("global.mon_addr", mon).context("--mon")?;
+    }
+    Ok(config)
+}
+
+pub fn load_file(path: &Path) -> Result<Config> {
+    if !path.exists() {
+        anyhow::bail!("configuration file {} does not exist", path.display());
+    }
+    Ok(Config::load(path)?)
+}
+
+pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
+    match cmd {
+        ConfigCmd::Defaults => {
+            if ctx.json {
+                let options: Vec<serde_json::Value> = cairn_config::options()
+                    .iter()
+                    .map(|o| {
+                        serde_json::json!({
+                            "section": o.section, "name": o.name, "type": o.kind,
+                            "default": o.default, "doc": o.doc,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&options)?);
+            } else {
+                print!("{}", cairn_config::render_defaults());
+            }
+        }
+        ConfigCmd::Check => {
+            let path = find(ctx).context("no configuration file found (use --conf PATH)")?;
+            load_file(&path)?;
+            println!("{}: ok", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// The client options from a configuration.
+pub fn client_options(config: &Config) -> cairn_client::ClientOptions {
+    let timeout = config.client.op_timeout_ms;
+    cairn_client::ClientOptions {
+        mon_addr: config.global.mon_addr.clone(),
+        op_timeout: (timeout > 0).then(|| std::time::Duration::from_millis(timeout)),
+    }
+}
+
+/// Set up logging for a daemon: `RUST_LOG` wins over the configured level.
+pub fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,175 @@
+//! `cairn mon` and `cairn osd`: run the daemons; also `cairn osd ls|out|in|down`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use cairn_config::{Config, StoreKind};
+use cairn_store::ObjectStore;
+use cairn_wire::MonCommand;
+use clap::{Args, Subcommand};
+
+use crate::{admin, conf, Context};
+
+#[derive(Args)]
+pub struct MonArgs {
+    /// Directory for the monitor's store.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Override an option, e.g. `--set mon.osd_heartbeat_grace_ms=3000` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct OsdArgs {
+    #[command(subcommand)]
+    cmd: Option<OsdCmd>,
+    /// The OSD's id.
+    #[arg(long)]
+    id: Option<u32>,
+    /// Directory for the OSD's data.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Object store backend (overrides `osd.store`).
+    #[arg(long, value_name = "filestore|memstore")]
+    store: Option<String>,
+    /// Override an option, e.g. `--set osd.heartbeat_interval_ms=500` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub enum OsdCmd {
+    /// List OSDs with their state.
+    Ls,
+    /// Mark an OSD out: its PGs move elsewhere.
+    Out { id: u32 },
+    /// Mark an OSD in.
+    In { id: u32 },
+    /// Mark an OSD down (it re-boots if alive).
+    Down { id: u32 },
+}
+
+fn runtime(threads: u32) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1) as usize)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn load_with_overrides(ctx: &Context, set: &[String]) -> Result<Config> {
+    let mut config = conf::load(ctx)?;
+    config.set_args(set)?;
+    Ok(config)
+}
+
+pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
+    let config = load_with_overrides(ctx, &args.set)?;
+    conf::init_logging(&config.global.log_level);
+    let m = &config.mon;
+    let opts = cairn_mon::MonOptions {
+        heartbeat_grace: Duration::from_millis(m.osd_heartbeat_grace_ms),
+        down_on_disconnect: m.osd_down_on_disconnect,
+        down_out_interval: (m.osd_down_out_interval_s > 0)
+            .then(|| Duration::from_secs(m.osd_down_out_interval_s)),
+        pool_default_pg_num: m.pool_default_pg_num,
+        pool_default_size: m.pool_default_size,
+        pool_default_min_size: m.pool_default_min_size,
+    };
+    let rt = runtime(2)?;
+    rt.block_on(async {
+        let mon = cairn_mon::Monitor::open(&args.dir, opts)?;
+        let listener = cairn_mon::Monitor::bind(&config.global.mon_addr).await?;
+        tracing::info!("monitor listening on {}", config.global.mon_addr);
+        tokio::select! {
+            r = mon.serve(listener) => r.context("monitor stopped")?,
+            _ = shutdown_signal() => tracing::info!("monitor shutting down"),
+        }
+        Ok(())
+    })
+}
+
+pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
+    if let Some(cmd) = args.cmd {
+        return osd_admin(ctx, cmd);
+    }
+    let id = args
+        .id
+        .context("missing --id (or a subcommand: ls, out, in, down)")?;
+    let dir = args.dir.context("missing --dir")?;
+    let mut config = load_with_overrides(ctx, &args.set)?;
+    if let Some(store) = &args.store {
+        config
+            .set(&format!("osd.{id}.store"), store)
+            .context("--store")?;
+    }
+    let osd_conf = config.osd_for(id);
+    conf::init_logging(&config.global.log_level);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let store: Arc<dyn ObjectStore> = match osd_conf.store {
+        StoreKind::Memstore => Arc::new(cairn_store::memstore::MemStore::new()),
+        StoreKind::Filestore => {
+            let options = cairn_store::filestore::FileStoreOptions {
+                journal_max_bytes: osd_conf.journal_max_bytes,
+                ..Default::default()
+            };
+            cairn_store::filestore::FileStore::open(&dir.join("store"), options)
+                .with_context(|| format!("cannot open the filestore in {}", dir.display()))?
+        }
+    };
+    let opts = cairn_osd::OsdOptions {
+        id,
+        mon_addr: config.global.mon_addr.clone(),
+        heartbeat_interval: Duration::from_millis(osd_conf.heartbeat_interval_ms),
+        pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
+        fsid_file: Some(dir.join("fsid")),
+    };
+    let rt = runtime(osd_conf.worker_threads)?;
+    rt.block_on(async {
+        let (osd, listener) = cairn_osd::Osd::bind(opts, store, &osd_conf.bind_addr).await?;
+        tracing::info!("osd.{id} listening on {}", listener.local_addr()?);
+        tokio::select! {
+            r = osd.serve(listener) => r.context("osd stopped")?,
+            _ = shutdown_signal() => tracing::info!("osd.{id} shutting down"),
+        }
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
+    let mon_cmd = match cmd {
+        OsdCmd::Ls => MonCommand::OsdLs,
+        OsdCmd::Out { id } => MonCommand::OsdOut { id },
+        OsdCmd::In { id } => MonCommand::OsdIn { id },
+        OsdCmd::Down { id } => MonCommand::OsdDown { id },
+    };
+    let is_ls = matches!(mon_cmd, MonCommand::OsdLs);
+    let value = admin::mon_command(ctx, mon_cmd)?;
+    if ctx.json {
+        println!("{value}");
+    } else if is_ls {
+        crate::output::print_osds(&value);
+    } else {
+        println!("{value}");
+    }
+    Ok(())
+}

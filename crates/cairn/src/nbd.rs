@@ -1,0 +1,69 @@
+//! `cairn nbd`: export an image over NBD (TCP or a Unix socket).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+use cairn_client::{Cluster, Image};
+use clap::Args;
+
+use crate::{admin, conf, Context};
+
+#[derive(Args)]
+pub struct NbdArgs {
+    /// The image to export, as POOL/NAME; the export is named NAME.
+    #[arg(long)]
+    image: String,
+    /// Serve on a Unix socket at PATH.
+    #[arg(long, conflicts_with = "listen")]
+    socket: Option<PathBuf>,
+    /// Serve on TCP at ADDR:PORT.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Refuse writes.
+    #[arg(long)]
+    read_only: bool,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
+    let (pool, name) = admin::split_image(&args.image)?;
+    if args.socket.is_none() && args.listen.is_none() {
+        bail!("give --socket PATH or --listen ADDR:PORT");
+    }
+    let config = conf::load(ctx)?;
+    conf::init_logging(&config.global.log_level);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        let image = Image::open(&cluster, &pool, &name).await?;
+        let server = cairn_nbd::NbdServer::new(name.clone(), image, args.read_only);
+        if let Some(path) = &args.socket {
+            if path.exists() {
+                std::fs::remove_file(path)
+                    .with_context(|| format!("cannot replace {}", path.display()))?;
+            }
+            let listener = tokio::net::UnixListener::bind(path)
+                .with_context(|| format!("cannot listen on {}", path.display()))?;
+            eprintln!(
+                "serving {pool}/{name} on nbd+unix:///{name}?socket={}",
+                path.display()
+            );
+            server.serve_unix(listener).await?;
+        } else if let Some(addr) = &args.listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            eprintln!(
+                "serving {pool}/{name} on nbd://{}/{name}",
+                listener.local_addr()?
+            );
+            server.serve_tcp(listener).await?;
+        }
+        Ok(())
+    })
+}

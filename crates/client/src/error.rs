@@ -1,0 +1,25 @@
+use cairn_wire::OpError;
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum ClientError {
+    #[error("cannot reach the monitor at {addr}: {reason} (is the cluster running? see `cairn cluster up`)")]
+    MonUnreachable { addr: String, reason: String },
+    #[error("lost the monitor session")]
+    MonLost,
+    #[error("{0}")]
+    Command(String),
+    #[error("pool '{0}' does not exist")]
+    NoSuchPool(String),
+    #[error("image '{0}' does not exist")]
+    NoSuchImage(String),
+    #[error("image '{0}' already exists")]
+    ImageExists(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("operation failed: {0}")]
+    Op(#[from] OpError),
+    #[error("operation timed out")]
+    Timeout,
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}

@@ -1,0 +1,415 @@
+//! Unit tests for loading, validating and overriding the configuration.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use crate::*;
+
+fn err(text: &str) -> String {
+    Config::parse(text).unwrap_err().to_string()
+}
+
+fn set_err(key: &str, value: &str) -> String {
+    let mut config = Config::default();
+    let before = config.clone();
+    let e = config.set(key, value).unwrap_err().to_string();
+    assert_eq!(config, before, "failed set must not change the config");
+    e
+}
+
+#[test]
+fn defaults_match_the_documented_values() {
+    let c = Config::default();
+    assert_eq!(c.global.mon_addr, "127.0.0.1:6789");
+    assert_eq!(c.global.log_level, "info");
+    assert_eq!(c.mon.osd_heartbeat_grace_ms, 6000);
+    assert!(c.mon.osd_down_on_disconnect);
+    assert_eq!(c.mon.osd_down_out_interval_s, 600);
+    assert_eq!(c.mon.pool_default_pg_num, 32);
+    assert_eq!(c.mon.pool_default_size, 3);
+    assert_eq!(c.mon.pool_default_min_size, 2);
+    assert_eq!(c.osd.bind_addr, "127.0.0.1:0");
+    assert_eq!(c.osd.heartbeat_interval_ms, 1000);
+    assert_eq!(c.osd.store, StoreKind::Filestore);
+    assert_eq!(c.osd.journal_max_bytes, 268_435_456);
+    assert_eq!(c.osd.pg_log_max_entries, 3000);
+    assert_eq!(c.osd.worker_threads, 2);
+    assert_eq!(c.client.op_timeout_ms, 0);
+    assert_eq!(c.client.image_default_object_size, 4_194_304);
+    assert_eq!(c.client.max_inflight_ops, 1024);
+    c.validate().unwrap();
+    assert_eq!(Config::parse("").unwrap(), c);
+}
+
+#[test]
+fn defaults_round_trip() {
+    let c = Config::default();
+    assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+}
+
+#[test]
+fn full_config_round_trips_with_overrides() {
+    let text = r#"
+        [global]
+        mon_addr = "10.0.0.1:7000"
+        log_level = "debug"
+        [mon]
+        osd_down_on_disconnect = false
+        pool_default_size = 2
+        pool_default_min_size = 1
+        [osd]
+        store = "memstore"
+        heartbeat_interval_ms = 250
+        [osd.3]
+        store = "filestore"
+        [osd.12]
+        worker_threads = 8
+        bind_addr = "0.0.0.0:6812"
+        [client]
+        op_timeout_ms = 30000
+        image_default_object_size = 65536
+    "#;
+    let c = Config::parse(text).unwrap();
+    assert_eq!(c.global.mon_addr, "10.0.0.1:7000");
+    assert!(!c.mon.osd_down_on_disconnect);
+    assert_eq!(c.osd.store, StoreKind::Memstore);
+    assert_eq!(c.client.image_default_object_size, 65536);
+    assert_eq!(c.overridden_osds(), vec![3, 12]);
+    let back = Config::parse(&c.to_toml()).unwrap();
+    assert_eq!(back, c);
+    assert_eq!(back.osd_for(12).worker_threads, 8);
+}
+
+#[test]
+fn osd_overrides_merge_over_osd_section() {
+    let c = Config::parse(
+        "[osd]\nworker_threads = 4\nheartbeat_interval_ms = 500\n\
+         [osd.1]\nstore = \"memstore\"\nheartbeat_interval_ms = 200\n",
+    )
+    .unwrap();
+    let one = c.osd_for(1);
+    assert_eq!(one.store, StoreKind::Memstore);
+    assert_eq!(one.heartbeat_interval_ms, 200);
+    assert_eq!(one.worker_threads, 4, "unset keys come from [osd]");
+    let two = c.osd_for(2);
+    assert_eq!(two, c.osd);
+    assert_eq!(two.store, StoreKind::Filestore);
+    // A later change to [osd] shows through keys the override does not set.
+    let mut c = c;
+    c.osd.worker_threads = 6;
+    assert_eq!(c.osd_for(1).worker_threads, 6);
+    assert_eq!(c.osd_for(1).heartbeat_interval_ms, 200);
+}
+
+#[test]
+fn unknown_keys_and_sections_are_rejected_by_name() {
+    assert_eq!(
+        err("[osd]\nheartbeat_intervl_ms = 5\n"),
+        "cairn.toml: unknown option 'osd.heartbeat_intervl_ms'"
+    );
+    assert_eq!(
+        err("[osdd]\nstore = \"memstore\"\n"),
+        "cairn.toml: unknown section '[osdd]'"
+    );
+    assert!(err("[osd.x]\nstore = \"memstore\"\n").contains("unknown section '[osd.x]'"));
+    assert!(err("[osd.03]\nstore = \"memstore\"\n").contains("unknown section '[osd.03]'"));
+    assert!(err("[osd.3]\nstoer = \"memstore\"\n").contains("unknown option 'osd.3.stoer'"));
+    assert!(err("[osd.3.x]\n").contains("unknown section '[osd.3.x]'"));
+    assert!(err("[mon.1]\n").contains("unknown section '[mon.1]'"));
+    assert!(err("[osd]\n7 = 1\n").contains("unknown option 'osd.7'"));
+    assert!(err("mon_addr = \"1.2.3.4:5\"\n").contains("option 'mon_addr' is outside any section"));
+    for opt in options() {
+        let text = format!("[{}]\n{}x = 1\n", opt.section, opt.name);
+        let e = Config::parse(&text).unwrap_err();
+        assert_eq!(e.key(), Some(format!("{}x", opt.key()).as_str()), "{e}");
+    }
+}
+
+#[test]
+fn bad_types_are_rejected_naming_the_key() {
+    assert_eq!(
+        err("[osd]\nheartbeat_interval_ms = \"fast\"\n"),
+        "cairn.toml: invalid value for 'osd.heartbeat_interval_ms': \
+         expected an unsigned integer, got \"fast\""
+    );
+    assert!(err("[mon]\npool_default_size = -1\n").contains("got -1"));
+    assert!(err("[mon]\npool_default_size = 4294967296\n")
+        .contains("expected an unsigned integer up to 4294967295"));
+    assert!(err("[mon]\nosd_down_on_disconnect = \"yes\"\n")
+        .contains("'mon.osd_down_on_disconnect': expected true or false"));
+    assert!(err("[global]\nmon_addr = 6789\n").contains("expected a string, got 6789"));
+    assert!(err("[osd]\nstore = \"bluestore\"\n")
+        .contains("'osd.store': expected one of filestore|memstore, got \"bluestore\""));
+    assert!(err("[osd.2]\nworker_threads = 1.5\n").contains("'osd.2.worker_threads'"));
+    assert!(err("[client]\nmax_inflight_ops = [1]\n").contains("got an array"));
+    assert!(err("[osd]\nstore = { a = 1 }\n").contains("'osd.store'"));
+    assert!(err("global = 1\n").contains("invalid value for 'global': expected a section"));
+    assert!(err("[osd\n").starts_with("cairn.toml: TOML parse error"));
+    // Every option rejects a value of the wrong type.
+    for opt in options() {
+        let bad = if opt.kind == "string" {
+            "[]"
+        } else {
+            "\"bad\""
+        };
+        let e = Config::parse(&format!("[{}]\n{} = {bad}\n", opt.section, opt.name)).unwrap_err();
+        assert_eq!(e.key(), Some(opt.key().as_str()), "{e}");
+        assert!(e.to_string().contains("invalid value for"), "{e}");
+    }
+}
+
+#[test]
+fn ranges_are_validated() {
+    let cases = [
+        (
+            "[mon]\npool_default_min_size = 4\n",
+            "mon.pool_default_min_size",
+        ),
+        ("[mon]\npool_default_size = 0\n", "mon.pool_default_size"),
+        (
+            "[mon]\npool_default_min_size = 0\n",
+            "mon.pool_default_min_size",
+        ),
+        (
+            "[mon]\npool_default_pg_num = 0\n",
+            "mon.pool_default_pg_num",
+        ),
+        (
+            "[mon]\nosd_heartbeat_grace_ms = 0\n",
+            "mon.osd_heartbeat_grace_ms",
+        ),
+        (
+            "[mon]\nosd_heartbeat_grace_ms = 1000\n",
+            "osd.heartbeat_interval_ms",
+        ),
+        (
+            "[osd.4]\nheartbeat_interval_ms = 9000\n",
+            "osd.4.heartbeat_interval_ms",
+        ),
+        (
+            "[osd]\nheartbeat_interval_ms = 0\n",
+            "osd.heartbeat_interval_ms",
+        ),
+        ("[osd]\nworker_threads = 0\n", "osd.worker_threads"),
+        ("[osd.1]\nworker_threads = 0\n", "osd.1.worker_threads"),
+        ("[osd]\njournal_max_bytes = 0\n", "osd.journal_max_bytes"),
+        ("[osd]\nbind_addr = \"localhost\"\n", "osd.bind_addr"),
+        ("[global]\nmon_addr = \"nowhere\"\n", "global.mon_addr"),
+        ("[global]\nlog_level = \"loud\"\n", "global.log_level"),
+        (
+            "[client]\nimage_default_object_size = 5000\n",
+            "client.image_default_object_size",
+        ),
+        (
+            "[client]\nimage_default_object_size = 2048\n",
+            "client.image_default_object_size",
+        ),
+        (
+            "[client]\nimage_default_object_size = 134217728\n",
+            "client.image_default_object_size",
+        ),
+        (
+            "[client]\nmax_inflight_ops = 0\n",
+            "client.max_inflight_ops",
+        ),
+    ];
+    for (text, key) in cases {
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.key(), Some(key), "{text}: {e}");
+        assert!(matches!(e, ConfigError::InvalidValue { .. }), "{e}");
+    }
+    assert!(err("[mon]\npool_default_min_size = 4\n")
+        .contains("must not exceed mon.pool_default_size (3), got 4"));
+    // Boundaries that are allowed.
+    let ok = Config::parse(
+        "[mon]\npool_default_size = 1\npool_default_min_size = 1\n\
+         [client]\nimage_default_object_size = 4096\nop_timeout_ms = 0\n\
+         [global]\nmon_addr = \"[::1]:6789\"\nlog_level = \"trace\"\n",
+    )
+    .unwrap();
+    assert_eq!(ok.mon.pool_default_size, 1);
+    Config::parse("[client]\nimage_default_object_size = 67108864\n").unwrap();
+}
+
+#[test]
+fn set_paths() {
+    let mut c = Config::default();
+    c.set("osd.heartbeat_interval_ms", "500").unwrap();
+    c.set("osd.3.store", "memstore").unwrap();
+    c.set("global.mon_addr", "192.168.1.1:6789").unwrap();
+    c.set("mon.osd_down_on_disconnect", "false").unwrap();
+    c.set("client.op_timeout_ms", "1500").unwrap();
+    assert_eq!(c.osd.heartbeat_interval_ms, 500);
+    assert_eq!(c.osd_for(3).store, StoreKind::Memstore);
+    assert_eq!(c.osd_for(3).heartbeat_interval_ms, 500);
+    assert_eq!(c.osd_for(4).store, StoreKind::Filestore);
+    assert_eq!(c.global.mon_addr, "192.168.1.1:6789");
+    assert!(!c.mon.osd_down_on_disconnect);
+    assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+
+    assert_eq!(
+        set_err("osd.heartbeat_interval_ms", "fast"),
+        "override: invalid value for 'osd.heartbeat_interval_ms': \
+         expected an unsigned integer, got \"fast\""
+    );
+    assert_eq!(
+        set_err("osd.heartbeat_intervl_ms", "5"),
+        "override: unknown option 'osd.heartbeat_intervl_ms'"
+    );
+    assert!(set_err("osd.3.stor", "memstore").contains("unknown option 'osd.3.stor'"));
+    assert!(set_err("osd.3.store", "disk").contains("'osd.3.store'"));
+    assert!(set_err("osd.x.store", "memstore").contains("unknown section '[osd.x]'"));
+    assert!(set_err("osdd.store", "memstore").contains("unknown section '[osdd]'"));
+    assert!(set_err("mon.1.x", "1").contains("unknown section '[mon.1]'"));
+    assert!(set_err("store", "memstore").contains("invalid option name 'store'"));
+    assert!(set_err("a.b.c.d", "1").contains("invalid option name"));
+    assert!(set_err("osd.worker_threads", "0").contains("must be at least 1"));
+    assert!(set_err("mon.pool_default_size", "1").contains("'mon.pool_default_min_size'"));
+    assert!(set_err("client.op_timeout_ms", "18446744073709551615")
+        .contains("got 18446744073709551615"));
+    assert!(set_err("client.op_timeout_ms", "-3").contains("got -3"));
+    assert!(set_err("mon.osd_down_on_disconnect", "yes").contains("expected true or false"));
+}
+
+#[test]
+fn set_all_validates_once_and_is_atomic() {
+    let mut c = Config::default();
+    c.set_all([
+        ("mon.pool_default_size", "1"),
+        ("mon.pool_default_min_size", "1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.mon.pool_default_size, c.mon.pool_default_min_size),
+        (1, 1)
+    );
+
+    let before = c.clone();
+    let e = c
+        .set_all([("osd.worker_threads", "3"), ("osd.store", "tape")])
+        .unwrap_err();
+    assert_eq!(e.key(), Some("osd.store"));
+    assert_eq!(c, before);
+
+    c.set_args(&["osd.7.worker_threads=5", " client.max_inflight_ops = 8 "])
+        .unwrap();
+    assert_eq!(c.osd_for(7).worker_threads, 5);
+    assert_eq!(c.client.max_inflight_ops, 8);
+    assert!(c
+        .set_args(&["osd.store"])
+        .unwrap_err()
+        .to_string()
+        .contains("expected key=value"));
+}
+
+#[test]
+fn options_list_matches_serialized_defaults_exactly() {
+    let text = toml::to_string(&Config::default()).unwrap();
+    let table: toml::Table = text.parse().unwrap();
+    let mut serialized = BTreeSet::new();
+    for (section, value) in &table {
+        for key in value.as_table().unwrap().keys() {
+            serialized.insert(format!("{section}.{key}"));
+        }
+    }
+    let docs = options();
+    let documented: BTreeSet<String> = docs.iter().map(OptionDoc::key).collect();
+    assert_eq!(documented.len(), docs.len(), "duplicate option docs");
+    assert_eq!(documented, serialized);
+    for opt in &docs {
+        assert!(
+            opt.doc.len() > 10 && !opt.doc.contains('\n'),
+            "{}",
+            opt.key()
+        );
+        let value = &table[opt.section][opt.name];
+        assert_eq!(opt.default, value.to_string(), "{}", opt.key());
+    }
+    let kinds: BTreeSet<_> = docs.iter().map(|o| o.kind).collect();
+    let expected = BTreeSet::from(["u64", "u32", "bool", "string", "filestore|memstore"]);
+    assert_eq!(kinds, expected);
+    // The serde derive on each section agrees with the field list.
+    let osd = toml::Table::try_from(OsdConfig::default()).unwrap();
+    let osd_keys: BTreeSet<String> = osd.keys().map(|k| format!("osd.{k}")).collect();
+    assert!(osd_keys.is_subset(&documented));
+    assert_eq!(
+        osd_keys.len(),
+        docs.iter().filter(|o| o.section == "osd").count()
+    );
+}
+
+#[test]
+fn render_defaults_parses_to_defaults() {
+    let text = render_defaults();
+    assert_eq!(Config::parse(&text).unwrap(), Config::default());
+    for opt in options() {
+        let line = format!("\n{} = {}\n", opt.name, opt.default);
+        let at = text
+            .find(&line)
+            .unwrap_or_else(|| panic!("{} missing", opt.key()));
+        let before = &text[..at];
+        assert!(
+            before.ends_with(&format!("# Type: {}.", opt.kind)),
+            "{}",
+            opt.key()
+        );
+        let first_word = opt.doc.split_whitespace().next().unwrap();
+        assert!(before.contains(&format!("# {first_word}")), "{}", opt.key());
+    }
+    assert!(text.lines().all(|l| l.len() <= 80));
+}
+
+#[test]
+fn serde_derives_reject_unknown_fields_and_fill_defaults() {
+    let osd: OsdConfig = toml::from_str("store = \"memstore\"").unwrap();
+    assert_eq!(osd.store, StoreKind::Memstore);
+    assert_eq!(osd.worker_threads, 2);
+    assert!(toml::from_str::<OsdConfig>("stor = \"memstore\"").is_err());
+    let json = serialize_via_value(&Config::default());
+    assert!(json.contains("heartbeat_interval_ms"));
+}
+
+/// Serializes through a non-TOML path (serde's TOML value serializer) to show
+/// `Config: Serialize` works generically.
+fn serialize_via_value(c: &Config) -> String {
+    toml::Value::try_from(c).unwrap().to_string()
+}
+
+#[test]
+fn load_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.toml");
+    let mut f = std::fs::File::create(&path).unwrap();
+    writeln!(f, "[osd]\nheartbeat_interval_ms = \"fast\"").unwrap();
+    drop(f);
+    let e = Config::load(&path).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("{}: invalid value for", path.display())),
+        "{e}"
+    );
+    std::fs::write(&path, "[osd.2]\nstore = \"memstore\"\n").unwrap();
+    assert_eq!(
+        Config::load(&path).unwrap().osd_for(2).store,
+        StoreKind::Memstore
+    );
+    let missing = dir.path().join("nope.toml");
+    let e = Config::load(&missing).unwrap_err();
+    assert!(matches!(e, ConfigError::Io { .. }));
+    assert!(e.to_string().starts_with(&missing.display().to_string()));
+}
+
+#[test]
+fn validate_catches_direct_field_changes() {
+    let mut c = Config::default();
+    c.client.image_default_object_size = 3;
+    assert_eq!(
+        c.validate().unwrap_err().key(),
+        Some("client.image_default_object_size")
+    );
+    let mut c = Config::default();
+    c.client.op_timeout_ms = u64::MAX;
+    assert_eq!(
+        c.validate().unwrap_err().key(),
+        Some("client.op_timeout_ms")
+    );
+}

@@ -1,0 +1,131 @@
+//! Administrative commands: each returns JSON on success or one line of
+//! error text; a failed command changes nothing.
+
+use std::collections::BTreeMap;
+
+use cairn_map::{ClusterMap, MapError};
+use cairn_types::PgId;
+use cairn_wire::{MonCommand, PgStat, PgState};
+use serde_json::{json, Value};
+
+use crate::{MonStoreError, Monitor};
+
+impl Monitor {
+    pub(crate) fn command(&self, cmd: MonCommand) -> Result<Result<String, String>, MonStoreError> {
+        let mut st = self.state.lock();
+        let value: Result<Value, String> = match cmd {
+            MonCommand::Status => Ok(status(&st.map, &st.pg_stats)),
+            MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
+            MonCommand::OsdLs => Ok(json!(st.map.osds.values().collect::<Vec<_>>())),
+            MonCommand::PoolLs => Ok(json!(st.map.pools.values().collect::<Vec<_>>())),
+            MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
+            MonCommand::OsdOut { id } | MonCommand::OsdIn { id } => {
+                let is_in = matches!(cmd, MonCommand::OsdIn { .. });
+                self.update(&mut st, |map| match map.set_in(id, is_in) {
+                    Ok(changed) => (changed, Ok(json!({ "osd": id, "in": is_in }))),
+                    Err(e) => (false, Err(e.to_string())),
+                })?
+            }
+            MonCommand::OsdDown { id } => {
+                if !st.map.osds.contains_key(&id) {
+                    Err(MapError::NoSuchOsd(id).to_string())
+                } else {
+                    st.sessions.remove(&id);
+                    self.mark_down(&mut st, id);
+                    Ok(json!({ "osd": id, "up": false }))
+                }
+            }
+            MonCommand::PoolCreate {
+                name,
+                pg_num,
+                size,
+                min_size,
+            } => {
+                let size = size.unwrap_or(self.opts.pool_default_size);
+                let min_size = min_size.unwrap_or(self.opts.pool_default_min_size.min(size.max(1)));
+                let pg_num = pg_num.unwrap_or(self.opts.pool_default_pg_num);
+                self.update(&mut st, |map| {
+                    match map.create_pool(&name, size, min_size, pg_num) {
+                        Ok(id) => (true, Ok(json!(map.pools[&id]))),
+                        Err(e) => (false, Err(e.to_string())),
+                    }
+                })?
+            }
+            MonCommand::PoolRm { name } => {
+                self.update(&mut st, |map| match map.remove_pool(&name) {
+                    Ok(id) => (true, Ok(json!({ "removed": name, "id": id }))),
+                    Err(e) => (false, Err(e.to_string())),
+                })?
+            }
+        };
+        Ok(value.map(|v| v.to_string()))
+    }
+}
+
+/// The state name of one PG as `cairn status` shows it, from the map and
+/// the primary's latest report.
+pub(crate) fn pg_state(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> String {
+    let Some(pool) = map.pool(pg.pool) else {
+        return "unknown".into();
+    };
+    let acting = map.acting(pg);
+    if acting.osds.is_empty() {
+        return "down".into();
+    }
+    match stat.filter(|s| s.acting == acting.osds) {
+        None => "peering".into(),
+        Some(s) => match s.state {
+            PgState::Active if acting.osds.len() as u32 >= pool.size => "active+clean".into(),
+            PgState::Active => "active+degraded".into(),
+            other => other.name().into(),
+        },
+    }
+}
+
+fn pg_list(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Vec<Value> {
+    map.all_pgs()
+        .map(|pg| {
+            let stat = stats.get(&pg);
+            json!({
+                "pg": pg.to_string(),
+                "state": pg_state(map, pg, stat),
+                "acting": map.acting(pg).osds,
+                "last_update": stat.map(|s| s.last_update.to_string()),
+                "objects": stat.map(|s| s.objects).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Value {
+    let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
+    let mut objects = 0;
+    for pg in map.all_pgs() {
+        let stat = stats.get(&pg);
+        *by_state.entry(pg_state(map, pg, stat)).or_default() += 1;
+        objects += stat.map(|s| s.objects).unwrap_or(0);
+    }
+    let total_pgs: u64 = by_state.values().sum();
+    let clean = by_state.get("active+clean").copied().unwrap_or(0);
+    let active = clean + by_state.get("active+degraded").copied().unwrap_or(0);
+    let osds_up = map.osds.values().filter(|o| o.up).count();
+    let osds_in = map.osds.values().filter(|o| o.is_in).count();
+    let mut warnings = Vec::new();
+    if osds_up < map.osds.len() {
+        warnings.push(format!("{} osds down", map.osds.len() - osds_up));
+    }
+    if active < total_pgs {
+        warnings.push(format!("{} pgs not active", total_pgs - active));
+    } else if clean < total_pgs {
+        warnings.push(format!("{} pgs degraded", total_pgs - clean));
+    }
+    json!({
+        "fsid": map.fsid,
+        "epoch": map.epoch,
+        "health": if warnings.is_empty() { "HEALTH_OK".to_string() } else { format!("HEALTH_WARN: {}", warnings.join("; ")) },
+        "osds": { "total": map.osds.len(), "up": osds_up, "in": osds_in },
+        "pools": map.pools.len(),
+        "pgs": { "total": total_pgs, "active": active, "clean": clean, "by_state": by_state },
+        "objects": objects,
+    })
+}

@@ -1,0 +1,127 @@
+//! The OSD's monitor session: subscribe to maps, boot, heartbeat with PG
+//! stats, and re-boot if the monitor marks this OSD down while it lives.
+//! A lost session is re-established with backoff; the OSD keeps serving
+//! with the map it has meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_types::Entity;
+use cairn_wire::{connect, Message, WireError};
+
+use crate::Osd;
+
+impl Osd {
+    pub(crate) async fn mon_session_loop(self: Arc<Self>) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.clone().mon_session().await {
+                Ok(()) => delay = Duration::from_millis(100),
+                Err(e) => {
+                    tracing::warn!("osd.{}: monitor session: {e}", self.id());
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn mon_session(self: Arc<Self>) -> Result<(), WireError> {
+        let hello = Message::Hello {
+            entity: Entity::Osd(self.id()),
+            fsid: None,
+        };
+        let mut conn = connect(&self.opts.mon_addr, hello).await?;
+        conn.sender.send(Message::Subscribe { have: 0 });
+        let first = loop {
+            match conn.reader.read().await? {
+                Message::MapUpdate { map } => break map,
+                _ => continue,
+            }
+        };
+        let fsid = first.fsid.clone();
+        self.check_fsid(&fsid)?;
+        self.handle_map(*first);
+        let boot = Message::OsdBoot {
+            id: self.id(),
+            addr: self.addr.to_string(),
+            fsid,
+        };
+        conn.sender.send(boot.clone());
+        tracing::info!("osd.{} booting at {}", self.id(), self.addr);
+        let heartbeat = tokio::spawn(self.clone().heartbeat_loop(conn.sender.clone()));
+        let result = loop {
+            match conn.reader.read().await {
+                Ok(Message::MapUpdate { map }) => {
+                    let me = map.osds.get(&self.id()).cloned();
+                    let epoch = map.epoch;
+                    self.handle_map(*map);
+                    if let Some(info) = me {
+                        if !info.up && info.down_at == epoch {
+                            tracing::warn!(
+                                "osd.{}: map {epoch} marks me down; re-booting",
+                                self.id()
+                            );
+                            conn.sender.send(boot.clone());
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        heartbeat.abort();
+        result
+    }
+
+    fn check_fsid(&self, fsid: &str) -> Result<(), WireError> {
+        let Some(path) = &self.opts.fsid_file else {
+            return Ok(());
+        };
+        match std::fs::read_to_string(path) {
+            Ok(stored) if stored.trim() == fsid => Ok(()),
+            Ok(stored) => {
+                tracing::error!(
+                    "osd.{} belongs to cluster {} but the monitor runs cluster {fsid}; exiting",
+                    self.id(),
+                    stored.trim()
+                );
+                std::process::exit(1);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::write(path, format!("{fsid}\n"))?;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>, sender: cairn_wire::Sender) {
+        let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = self.report_now.notified() => {
+                    // Coalesce bursts of state changes into one report.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let me = self.id();
+            let pgs: Vec<_> = {
+                let pgs = self.pgs.read();
+                pgs.values()
+                    .filter(|pg| pg.is_primary(me))
+                    .map(|pg| pg.stat())
+                    .collect()
+            };
+            let msg = Message::OsdHeartbeat {
+                id: me,
+                epoch: self.epoch(),
+                pgs,
+            };
+            if !sender.send(msg) {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Every message Cairn sends, grouped by who talks to whom.
+//!
+//! - session: [`Message::Hello`] opens every connection and names the sender;
+//! - monitor: boot, heartbeats with PG stats, map subscription, commands;
+//! - client ↔ OSD: [`OsdOp`] / [`OsdOpReply`];
+//! - OSD ↔ OSD: replication ([`RepOp`]) and peering (query, list, pull, activate).
+
+use bytes::Bytes;
+use cairn_map::ClusterMap;
+use cairn_store::Transaction;
+use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId, Version};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Message {
+    // ----- session -----
+    Hello {
+        entity: Entity,
+        fsid: Option<String>,
+    },
+    Ping {
+        nonce: u64,
+    },
+    Pong {
+        nonce: u64,
+    },
+
+    // ----- monitor -----
+    OsdBoot {
+        id: OsdId,
+        addr: String,
+        fsid: String,
+    },
+    /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is primary for.
+    OsdHeartbeat {
+        id: OsdId,
+        epoch: Epoch,
+        pgs: Vec<PgStat>,
+    },
+    /// Ask for every map newer than `have`, now and as they are made.
+    Subscribe {
+        have: Epoch,
+    },
+    MapUpdate {
+        map: Box<ClusterMap>,
+    },
+    MonCommand {
+        tid: u64,
+        cmd: MonCommand,
+    },
+    MonReply {
+        tid: u64,
+        result: Result<String, String>,
+    },
+
+    // ----- client ↔ OSD -----
+    OsdOp(OsdOp),
+    OsdOpReply(OsdOpReply),
+
+    // ----- OSD ↔ OSD -----
+    RepOp(RepOp),
+    RepOpReply {
+        tid: u64,
+        pg: PgId,
+        result: Result<(), String>,
+    },
+    PgQuery {
+        tid: u64,
+        pg: PgId,
+        epoch: Epoch,
+    },
+    PgQueryReply {
+        tid: u64,
+        info: PgInfo,
+    },
+    PgList {
+        tid: u64,
+        pg: PgId,
+    },
+    PgListReply {
+        tid: u64,
+        result: Result<PgContents, String>,
+    },
+    PgPull {
+        tid: u64,
+        pg: PgId,
+        names: Vec<String>,
+    },
+    PgPullReply {
+        tid: u64,
+        result: Result<Vec<ObjectCopy>, String>,
+    },
+    /// Primary → replica: the interval starting at `epoch` is active with the
+    /// primary at `info`; catch up (pull) if you differ, then apply its RepOps.
+    PgActivate {
+        tid: u64,
+        pg: PgId,
+        epoch: Epoch,
+        info: PgInfo,
+    },
+    PgActivateReply {
+        tid: u64,
+        result: Result<(), String>,
+    },
+}
+
+/// Administrative requests to the monitor. Replies carry JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MonCommand {
+    Status,
+    GetMap,
+    OsdLs,
+    OsdOut {
+        id: OsdId,
+    },
+    OsdIn {
+        id: OsdId,
+    },
+    OsdDown {
+        id: OsdId,
+    },
+    PoolCreate {
+        name: String,
+        pg_num: Option<u32>,
+        size: Option<u32>,
+        min_size: Option<u32>,
+    },
+    PoolRm {
+        name: String,
+    },
+    PoolLs,
+    PgLs,
+}
+
+/// A PG's state as its primary reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PgState {
+    /// Gathering infos and syncing replicas; I/O is held.
+    Peering,
+    /// Serving I/O with every acting member in sync.
+    Active,
+    /// Fewer than min_size members are up; I/O is held.
+    Inactive,
+}
+
+impl PgState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PgState::Peering => "peering",
+            PgState::Active => "active",
+            PgState::Inactive => "inactive",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStat {
+    pub pg: PgId,
+    pub state: PgState,
+    /// Map epoch at which the current interval started.
+    pub interval_epoch: Epoch,
+    pub acting: Vec<OsdId>,
+    pub last_update: Version,
+    pub objects: u64,
+}
+
+/// What peering compares between members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    pub pg: Option<PgId>,
+    /// Newest version applied.
+    pub last_update: Version,
+}
+
+/// A PG's objects with their versions, and its log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgContents {
+    pub info: PgInfo,
+    pub objects: Vec<(String, Version)>,
+    pub log: Vec<(Version, Bytes)>,
+}
+
+/// A whole object, as copied by a PG sync.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCopy {
+    pub name: String,
+    /// `None` if the object no longer exists at the source.
+    pub data: Option<Bytes>,
+    pub attrs: Vec<(String, Bytes)>,
+    pub omap: Vec<(String, Bytes)>,
+}
+
+/// One client operation on one object: a list of sub-ops applied atomically.
+/// A request holds either only reads or only mutations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOp {
+    /// Per-send id for matching the reply.
+    pub tid: u64,
+    /// Stable across resends, for exactly-once application.
+    pub reqid: ReqId,
+    /// The client's map epoch when it chose the target.
+    pub epoch: Epoch,
+    pub pg: PgId,
+    pub oid: String,
+    pub ops: Vec<ObjOp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjOp {
+    // reads
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    Stat,
+    GetAttr {
+        key: String,
+    },
+    OmapGet {
+        keys: Vec<String>,
+    },
+    OmapList {
+        start_after: Option<String>,
+        max: u32,
+    },
+    // mutations
+    Write {
+        offset: u64,
+        data: Bytes,
+    },
+    /// Zero a range; clipped to the object's size; no-op on a missing object.
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+    Truncate {
+        size: u64,
+    },
+    /// Fails with `NotFound` if the object does not exist.
+    Remove,
+    Create {
+        exclusive: bool,
+    },
+    SetAttr {
+        key: String,
+        value: Bytes,
+    },
+    OmapSet {
+        entries: Vec<(String, Bytes)>,
+    },
+    /// Like `OmapSet` but fails with `Exists` if any key exists.
+    OmapInsert {
+        entries: Vec<(String, Bytes)>,
+    },
+    OmapRm {
+        keys: Vec<String>,
+    },
+}
+
+impl ObjOp {
+    pub fn is_mutation(&self) -> bool {
+        !matches!(
+            self,
+            ObjOp::Read { .. }
+                | ObjOp::Stat
+                | ObjOp::GetAttr { .. }
+                | ObjOp::OmapGet { .. }
+                | ObjOp::OmapList { .. }
+        )
+    }
+}
+
+/// Result of one read sub-op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpOutput {
+    None,
+    Data(Bytes),
+    Stat { size: u64 },
+    Attr(Option<Bytes>),
+    Omap(Vec<(String, Bytes)>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum OpError {
+    #[error("object not found")]
+    NotFound,
+    #[error("already exists")]
+    Exists,
+    #[error("invalid operation: {0}")]
+    Invalid(String),
+    #[error("no space left on the OSD")]
+    NoSpace,
+    #[error("I/O error: {0}")]
+    Io(String),
+    /// Not the primary at `epoch`; get a map at least that new and resend.
+    #[error("not the primary for this PG at epoch {epoch}")]
+    WrongPrimary { epoch: Epoch },
+    /// The PG changed interval while the op was in flight; resend.
+    #[error("PG interval changed; resend")]
+    Retry { epoch: Epoch },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOpReply {
+    pub tid: u64,
+    pub result: Result<Vec<OpOutput>, OpError>,
+}
+
+/// A PG log entry: what one mutation did, for dedup and recovery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub version: Version,
+    pub reqid: Option<ReqId>,
+    pub oid: String,
+    pub removed: bool,
+}
+
+/// Primary → replica: apply this mutation of `pg` at `entry.version`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOp {
+    pub tid: u64,
+    pub pg: PgId,
+    /// Start epoch of the primary's interval.
+    pub epoch: Epoch,
+    pub entry: LogEntry,
+    pub txn: Transaction,
+}
