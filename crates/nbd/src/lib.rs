@@ -45,6 +45,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod handshake;
 pub mod proto;

@@ -206,11 +206,14 @@ pub fn encode_greeting(handshake_flags: u16) -> [u8; GREETING_BYTES] {
 /// Header of an option request, after its magic has been checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionHeader {
+    /// `NBD_OPT_*`.
     pub option: u32,
+    /// Bytes of option data that follow.
     pub length: u32,
 }
 
 impl OptionHeader {
+    /// Encoded size, magic included.
     pub const BYTES: usize = 16;
 
     /// Decodes an option header; `Err` carries the bad magic.
@@ -225,6 +228,7 @@ impl OptionHeader {
         })
     }
 
+    /// Encodes the header (as a client would).
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[0..8].copy_from_slice(&OPTION_MAGIC.to_be_bytes());
@@ -237,14 +241,19 @@ impl OptionHeader {
 /// Header of an option reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionReplyHeader {
+    /// The option being answered.
     pub option: u32,
+    /// `NBD_REP_*`.
     pub reply_type: u32,
+    /// Bytes of reply data that follow.
     pub length: u32,
 }
 
 impl OptionReplyHeader {
+    /// Encoded size, magic included.
     pub const BYTES: usize = 20;
 
+    /// Encodes the header.
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[0..8].copy_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
@@ -271,7 +280,9 @@ impl OptionReplyHeader {
 /// The data of an `NBD_OPT_INFO` / `NBD_OPT_GO` option.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InfoRequest {
+    /// Export name as sent (not necessarily UTF-8).
     pub name: Vec<u8>,
+    /// Requested `NBD_INFO_*` types.
     pub info_types: Vec<u16>,
 }
 
@@ -294,6 +305,7 @@ impl InfoRequest {
         Some(Self { name, info_types })
     }
 
+    /// Encodes the option data (as a client would).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(6 + self.name.len() + 2 * self.info_types.len());
         out.extend_from_slice(&(self.name.len() as u32).to_be_bytes());
@@ -344,14 +356,20 @@ pub fn encode_rep_server(name: &str) -> Vec<u8> {
 /// A transmission request header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHeader {
+    /// `NBD_CMD_FLAG_*`.
     pub flags: u16,
+    /// `NBD_CMD_*`.
     pub command: u16,
+    /// Opaque value echoed in the reply.
     pub cookie: u64,
+    /// Byte offset into the export.
     pub offset: u64,
+    /// Bytes affected (and, for `WRITE`, bytes of payload).
     pub length: u32,
 }
 
 impl RequestHeader {
+    /// Encoded size, magic included.
     pub const BYTES: usize = 28;
 
     /// Decodes a request header; `Err` carries the bad magic.
@@ -369,6 +387,7 @@ impl RequestHeader {
         })
     }
 
+    /// Encodes the header (as a client would).
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
@@ -393,13 +412,17 @@ impl RequestHeader {
 /// A simple reply header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimpleReplyHeader {
+    /// 0 or `NBD_E*`.
     pub error: u32,
+    /// The request's cookie.
     pub cookie: u64,
 }
 
 impl SimpleReplyHeader {
+    /// Encoded size, magic included.
     pub const BYTES: usize = 16;
 
+    /// Encodes the header.
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());

@@ -25,7 +25,7 @@ use crate::transmission::{self, wait_for_shutdown, Limits};
 use crate::NbdError;
 
 /// Socket buffer sizes of each connection's reader and writer.
-const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
+const SOCKET_BUFFER_BYTES: usize = 128 * 1024;
 /// Pause after an accept error (such as running out of file descriptors).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
@@ -38,6 +38,7 @@ pub struct NbdExport<V: Volume> {
 }
 
 impl<V: Volume> NbdExport<V> {
+    /// An export called `name` serving `volume`; `read_only` refuses writes with `EPERM`.
     pub fn new(name: impl Into<String>, volume: Arc<V>, read_only: bool) -> Self {
         Self {
             name: name.into(),
@@ -53,18 +54,22 @@ impl<V: Volume> NbdExport<V> {
         self
     }
 
+    /// The name clients ask for.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Human-readable description (empty if none).
     pub fn description(&self) -> &str {
         &self.description
     }
 
+    /// The volume behind the export.
     pub fn volume(&self) -> &Arc<V> {
         &self.volume
     }
 
+    /// True if writes are refused.
     pub fn read_only(&self) -> bool {
         self.read_only
     }
@@ -183,10 +188,12 @@ impl<V: Volume> NbdServer<V> {
         })
     }
 
+    /// The exports, default first.
     pub fn exports(&self) -> &[Arc<NbdExport<V>>] {
         &self.exports
     }
 
+    /// The limits in force.
     pub fn options(&self) -> &ServerOptions {
         &self.options
     }
@@ -197,17 +204,20 @@ impl<V: Volume> NbdServer<V> {
         self.shutdown.send_replace(true);
     }
 
+    /// True once [`NbdServer::shutdown`] was called.
     pub fn is_shut_down(&self) -> bool {
         *self.shutdown.borrow()
     }
 
     /// Serves clients from `listener` until [`NbdServer::shutdown`]; returns once its
-    /// connections have ended. Transient accept errors are logged and retried.
+    /// connections have ended. Transient accept errors are logged and retried; an error
+    /// that leaves the listener unusable is returned at once, aborting its connections.
     pub async fn serve_tcp(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         self.serve_listener(listener).await
     }
 
-    /// As [`NbdServer::serve_tcp`], for a Unix socket.
+    /// As [`NbdServer::serve_tcp`], for a Unix socket. The socket file is left for the
+    /// caller, which created it, to remove.
     pub async fn serve_unix(self: Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
         self.serve_listener(listener).await
     }

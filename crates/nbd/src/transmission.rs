@@ -45,30 +45,28 @@ use crate::proto::*;
 use crate::server::NbdExport;
 use crate::NbdError;
 
-/// A request that passed validation.
+/// A request that passed validation. `fua` is recorded but needs no extra work: a reply
+/// is only sent once the volume operation completed, and completed operations are durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)] // Fields are the request's offset, length and flags, as named.
 pub enum Command {
-    Read {
-        offset: u64,
-        length: u32,
-    },
-    Write {
-        offset: u64,
-        length: u32,
-        fua: bool,
-    },
+    /// `NBD_CMD_READ`: reply with `length` bytes from `offset`.
+    Read { offset: u64, length: u32 },
+    /// `NBD_CMD_WRITE`: the `length`-byte payload follows the header.
+    Write { offset: u64, length: u32, fua: bool },
+    /// `NBD_CMD_FLUSH`: `Volume::flush`.
     Flush,
-    Trim {
-        offset: u64,
-        length: u32,
-        fua: bool,
-    },
+    /// `NBD_CMD_TRIM`: `Volume::discard`.
+    Trim { offset: u64, length: u32, fua: bool },
+    /// `NBD_CMD_WRITE_ZEROES`: `Volume::write_zeroes` (which never leaves garbage, so
+    /// `no_hole` needs nothing further).
     WriteZeroes {
         offset: u64,
         length: u32,
         fua: bool,
         no_hole: bool,
     },
+    /// `NBD_CMD_DISC`: answer what is in flight, then close.
     Disconnect,
 }
 
@@ -104,7 +102,8 @@ pub fn validate(header: &RequestHeader, size_bytes: u64, read_only: bool) -> Res
     if offset % block != 0 || (u64::from(length) % block != 0 && end != Some(size_bytes)) {
         return Err(NBD_EINVAL);
     }
-    if end.map_or(true, |end| end > size_bytes) {
+    let inside = matches!(end, Some(end) if end <= size_bytes);
+    if !inside {
         let grows_data = matches!(header.command, CMD_WRITE | CMD_WRITE_ZEROES);
         return Err(if grows_data { NBD_ENOSPC } else { NBD_EINVAL });
     }

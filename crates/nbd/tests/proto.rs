@@ -233,7 +233,7 @@ fn server_configuration_is_checked() {
     let volume = Arc::new(MemVolume::new(4096));
     let export = |name: &str| NbdExport::new(name, volume.clone(), false);
     let options = ServerOptions::default;
-    assert!(NbdServer::with_exports(vec![], options()).is_err());
+    assert!(NbdServer::<MemVolume>::with_exports(vec![], options()).is_err());
     assert!(NbdServer::with_exports(vec![export("")], options()).is_err());
     assert!(NbdServer::with_exports(vec![export("a"), export("a")], options()).is_err());
     assert!(NbdServer::with_exports(vec![export("a"), export("b")], options()).is_ok());

@@ -98,7 +98,9 @@ impl Osd {
 
     async fn heartbeat_loop(self: Arc<Self>, sender: cairn_wire::Sender) {
         let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
+        let mut beats: u64 = 0;
         loop {
+            beats += 1;
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = self.report_now.notified() => {
@@ -107,13 +109,22 @@ impl Osd {
                 }
             }
             let me = self.id();
-            let pgs: Vec<_> = {
+            let primaries: Vec<_> = {
                 let pgs = self.pgs.read();
                 pgs.values()
                     .filter(|pg| pg.is_primary(me))
-                    .map(|pg| pg.stat())
+                    .cloned()
                     .collect()
             };
+            // Object counts are recounted now and then, not tracked per write.
+            if beats % 5 == 1 {
+                for pg in &primaries {
+                    if let Ok(names) = self.store.list_objects(pg.id) {
+                        pg.state.lock().objects_estimate = names.len() as u64;
+                    }
+                }
+            }
+            let pgs: Vec<_> = primaries.iter().map(|pg| pg.stat()).collect();
             let msg = Message::OsdHeartbeat {
                 id: me,
                 epoch: self.epoch(),

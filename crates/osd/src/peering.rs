@@ -197,7 +197,9 @@ impl Osd {
             to_remove.len()
         );
         let mut commits = Vec::new();
-        for batch in to_pull.chunks(PULL_BATCH) {
+        let mut remaining: &[String] = &to_pull;
+        while !remaining.is_empty() {
+            let batch = &remaining[..remaining.len().min(PULL_BATCH)];
             let reply = self
                 .peers
                 .request(source, map, |tid| Message::PgPull {
@@ -211,6 +213,10 @@ impl Osd {
                 Message::PgPullReply { result, .. } => result?,
                 _ => return Err(format!("osd.{source}: unexpected reply to pull")),
             };
+            if copies.is_empty() {
+                return Err(format!("osd.{source}: empty pull reply"));
+            }
+            remaining = &remaining[copies.len().min(remaining.len())..];
             let mut txn = Transaction::new();
             for copy in copies {
                 let oid = ObjectId::new(pg.id, copy.name);

@@ -16,6 +16,9 @@ use cairn_wire::{Message, ObjectCopy, PgContents, PgInfo, RepOp, Sender};
 use crate::pg::{Phase, INFO_ATTR, VERSION_ATTR};
 use crate::Osd;
 
+/// Data bytes after which a pull reply stops adding objects.
+pub(crate) const PULL_REPLY_BYTES: usize = 8 << 20;
+
 impl Osd {
     pub(crate) fn handle_peer_request(
         self: &Arc<Self>,
@@ -153,9 +156,16 @@ impl Osd {
         })
     }
 
+    /// Copies of the named objects, in order, stopping once the reply holds
+    /// [`PULL_REPLY_BYTES`] (always at least one object): the puller asks
+    /// again for the rest.
     async fn copy_objects(&self, pgid: PgId, names: &[String]) -> Result<Vec<ObjectCopy>, String> {
         let mut copies = Vec::with_capacity(names.len());
+        let mut bytes = 0usize;
         for name in names {
+            if bytes >= PULL_REPLY_BYTES {
+                break;
+            }
             let oid = ObjectId::new(pgid, name.clone());
             let size = match self.store.stat(&oid) {
                 Ok(stat) => stat.size,
@@ -175,6 +185,7 @@ impl Osd {
                 .read(&oid, 0, size)
                 .await
                 .map_err(|e| e.to_string())?;
+            bytes += data.len();
             let attrs = self.store.get_attrs(&oid).map_err(|e| e.to_string())?;
             let omap = self
                 .store

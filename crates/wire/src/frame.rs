@@ -15,8 +15,8 @@ use crate::msg::Message;
 
 pub const FRAME_MAGIC: u32 = 0x4352_4e31;
 pub const FRAME_HEADER_LEN: usize = 12;
-/// Largest payload: a 32 MiB write plus headroom.
-pub const MAX_FRAME_LEN: usize = 48 << 20;
+/// Largest payload: a whole 64 MiB object (the largest object size) plus headroom.
+pub const MAX_FRAME_LEN: usize = 80 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {

@@ -373,7 +373,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
         offset: u64,
         length: u32,
     ) -> (u32, Vec<u8>) {
-        let cookie = 0xc0de_0000 + offset;
+        let cookie = offset.wrapping_add(0xc0de_0000);
         self.send_request(command, flags, cookie, offset, length)
             .await;
         let (got, error, data) = self.reply().await;

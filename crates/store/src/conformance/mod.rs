@@ -15,13 +15,18 @@
 //! each durable backend's own test (a child process killed mid-workload),
 //! using [`dump`] and [`first_difference`] to compare with a model.
 
-mod checks;
+mod data;
 mod dump;
+mod metadata;
+mod ordering;
+mod util;
 
 use std::sync::Arc;
 
-pub use checks::*;
+pub use data::*;
 pub use dump::{dump, first_difference, CollectionDump, ObjectDump, StoreDump};
+pub use metadata::*;
+pub use ordering::*;
 
 use crate::{ObjectStore, Result, Transaction};
 

@@ -7,7 +7,8 @@
 //! completes each commit right after its transaction is applied. When the
 //! journal outgrows `journal_max_bytes` it checkpoints: sync the object files
 //! written since the last checkpoint (and their directories), write the
-//! metadata snapshot atomically, and only then empty the journal.
+//! metadata snapshot atomically, and only then start a new journal
+//! generation (which makes the old records dead).
 //!
 //! Fault model: see the parent module. Every I/O error after a record is
 //! journaled fails the store; nothing is acknowledged that is not durable.
@@ -31,6 +32,33 @@ const FS_RESERVE_BYTES: u64 = 16 << 20;
 /// Above this many dirty files a checkpoint uses one `syncfs` instead of
 /// an `fdatasync` per file.
 const SYNCFS_MIN_FILES: usize = 256;
+
+/// Run the committer; if it panics, fail the store and keep answering every
+/// queued transaction with `Failed` until shutdown, so no commit hangs.
+pub(super) fn run_guarded(committer: Committer, shared: &Shared) {
+    let run = std::panic::AssertUnwindSafe(|| committer.run(shared));
+    if std::panic::catch_unwind(run).is_ok() {
+        return;
+    }
+    shared.fail("the committer thread panicked".into());
+    loop {
+        let batch: Vec<Pending> = {
+            let mut queue = shared.queue.lock();
+            while queue.items.is_empty() && !queue.shutdown {
+                shared.wake.wait(&mut queue);
+            }
+            if queue.items.is_empty() {
+                return;
+            }
+            queue.items.drain(..).collect()
+        };
+        for p in batch {
+            let _ = p.done.send(Err(StoreError::Failed(
+                "the committer thread panicked".into(),
+            )));
+        }
+    }
+}
 
 /// A fresh journal generation number.
 pub(super) fn new_nonce() -> u64 {
@@ -329,7 +357,8 @@ impl Committer {
         snapshot::write(&shared.dir, &image)?;
         drop(image);
         // The snapshot now names the new generation: the old records are dead.
-        self.journal.reset(nonce)?;
+        self.journal
+            .reset(nonce, shared.options.journal_max_bytes.max(MAX_BATCH_BYTES))?;
         self.dirty_files.clear();
         self.dirty_colls.clear();
         self.root_dirty = false;

@@ -1,6 +1,8 @@
-//! The write-ahead journal: one append-only file of batch records.
+//! The write-ahead journal: one file of batch records, rewritten from the
+//! start after every checkpoint.
 //!
-//! Record layout (little endian), one record per group commit:
+//! Record layout (little endian), one record per group commit, starting at a
+//! multiple of [`ALIGN`] and zero-padded to the next one:
 //!
 //! ```text
 //! magic u32 | count u32 | len u64 | first_seq u64 | nonce u64 | crc u32 | pad u32
@@ -9,16 +11,20 @@
 //!
 //! `crc` is crc32c over the header (with `crc` zeroed) and the payload. The
 //! transactions of a record have sequence numbers `first_seq..first_seq+count`.
-//! `nonce` names the journal generation: it is chosen at every reset and
-//! recorded in the metadata snapshot, so records of an older generation (a
-//! reset that did not reach the disk) or copies of records inside object data
-//! never count as valid.
+//! `nonce` names the journal generation: a checkpoint picks a new one and
+//! records it in the metadata snapshot, and from then on the records of older
+//! generations are dead. So a checkpoint "empties" the journal without
+//! touching it, and new records overwrite old ones in place: once the file
+//! has reached its working size, an `fdatasync` flushes data only, with no
+//! file-size change to commit. Alignment keeps a record from sharing a page
+//! with an earlier, already acknowledged record.
 //!
 //! Fault model: a record is durable once the `fdatasync` after its write
-//! returns. A crash can leave at most one torn record at the tail (the batch
-//! being written), since the next batch is written only after the previous
-//! sync. So on scan, an invalid record with no valid record after it is a torn
-//! tail, cut off; an invalid record followed by a valid one is corruption.
+//! returns. A crash can leave at most one torn record (the batch being
+//! written), because the next batch is written only after the previous sync.
+//! So on scan, an invalid record with no valid record of the generation
+//! after it ends the journal (a torn batch or dead older records); an invalid
+//! record followed by a valid one is corruption.
 
 use std::fs::File;
 use std::io;
@@ -29,7 +35,13 @@ use super::FaultInjection;
 use crate::{StoreError, Transaction};
 
 const MAGIC: u32 = 0x4a4e_5243; // "CRNJ"
-pub(super) const HEADER: usize = 40;
+const HEADER: usize = 40;
+/// Records start at multiples of this.
+pub(super) const ALIGN: u64 = 4096;
+
+fn padded(len: u64) -> u64 {
+    len.div_ceil(ALIGN) * ALIGN
+}
 
 /// A batch encoded as one record, ready to append.
 pub(super) struct Record {
@@ -40,7 +52,7 @@ pub(super) struct Record {
 
 /// Start a record; add transactions with [`Record::push`], then [`Record::seal`].
 pub(super) fn begin(first_seq: u64, capacity: usize) -> Record {
-    let mut buf = Vec::with_capacity(HEADER + capacity);
+    let mut buf = Vec::with_capacity(padded((HEADER + capacity) as u64) as usize);
     buf.resize(HEADER, 0);
     Record {
         buf,
@@ -61,6 +73,7 @@ impl Record {
         Ok(())
     }
 
+    /// Fill in the header and pad to [`ALIGN`].
     pub fn seal(&mut self, nonce: u64) {
         let len = (self.buf.len() - HEADER) as u64;
         let h = &mut self.buf[..HEADER];
@@ -72,6 +85,7 @@ impl Record {
         h[32..40].fill(0);
         let crc = crc32c::crc32c(&self.buf);
         self.buf[32..36].copy_from_slice(&crc.to_le_bytes());
+        self.buf.resize(padded(self.buf.len() as u64) as usize, 0);
     }
 }
 
@@ -84,84 +98,87 @@ pub(super) struct Found {
 /// The outcome of scanning a journal file.
 pub(super) struct Scan {
     pub records: Vec<Found>,
-    /// Offset just past the last valid record; bytes after it are a torn tail.
-    pub good_end: u64,
+    /// Offset just past the last valid record: where appends continue.
+    pub end: u64,
+    /// The file's length.
+    pub file_len: u64,
 }
 
 struct Header {
     count: u32,
     len: u64,
     first_seq: u64,
+}
+
+/// The record at `pos` if it is whole, of generation `nonce`, and its crc
+/// matches: its header and payload.
+fn record_at(
+    file: &File,
+    pos: u64,
+    file_len: u64,
     nonce: u64,
-    crc: u32,
-}
-
-fn parse_header(h: &[u8]) -> Option<Header> {
-    let u32_at = |i: usize| {
-        h.get(i..i + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let u64_at = |i: usize| {
-        h.get(i..i + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-    };
-    if u32_at(0)? != MAGIC {
-        return None;
+) -> io::Result<Option<(Header, Vec<u8>)>> {
+    if pos + HEADER as u64 > file_len {
+        return Ok(None);
     }
-    Some(Header {
-        count: u32_at(4)?,
-        len: u64_at(8)?,
-        first_seq: u64_at(16)?,
-        nonce: u64_at(24)?,
-        crc: u32_at(32)?,
-    })
-}
-
-/// The record at `pos` if it is whole, of generation `nonce`, and its crc matches.
-fn valid_at(data: &[u8], pos: usize, nonce: u64) -> Option<(Header, &[u8])> {
-    let header = parse_header(data.get(pos..pos + HEADER)?)?;
-    if header.nonce != nonce {
-        return None;
+    let mut h = [0u8; HEADER];
+    file.read_exact_at(&mut h, pos)?;
+    let word = |i: usize| {
+        u64::from_le_bytes([
+            h[i],
+            h[i + 1],
+            h[i + 2],
+            h[i + 3],
+            h[i + 4],
+            h[i + 5],
+            h[i + 6],
+            h[i + 7],
+        ])
+    };
+    let half = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let header = Header {
+        count: half(4),
+        len: word(8),
+        first_seq: word(16),
+    };
+    if half(0) != MAGIC || word(24) != nonce || header.len > file_len - pos - HEADER as u64 {
+        return Ok(None);
     }
-    let end = pos
-        .checked_add(HEADER)?
-        .checked_add(usize::try_from(header.len).ok()?)?;
-    let record = data.get(pos..end)?;
-    let mut crc = crc32c::crc32c(&record[..32]);
-    crc = crc32c::crc32c_append(crc, &[0u8; 8]);
-    crc = crc32c::crc32c_append(crc, &record[HEADER..]);
-    (crc == header.crc).then_some((header, &record[HEADER..]))
+    let mut payload = vec![0u8; header.len as usize];
+    file.read_exact_at(&mut payload, pos + HEADER as u64)?;
+    let stored_crc = half(32);
+    h[32..40].fill(0);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h), &payload);
+    Ok((crc == stored_crc).then_some((header, payload)))
 }
 
-/// Read and check the whole journal of generation `nonce`.
+/// Read and check the journal of generation `nonce`.
 pub(super) fn scan(file: &File, nonce: u64) -> Result<Scan, StoreError> {
-    let size = file.metadata()?.len();
-    let mut data =
-        vec![0u8; usize::try_from(size).map_err(|_| io::Error::other("journal too big"))?];
-    file.read_exact_at(&mut data, 0)?;
-    let mut pos = 0usize;
+    let file_len = file.metadata()?.len();
+    let mut pos = 0u64;
     let mut records = Vec::new();
     let mut next_seq: Option<u64> = None;
-    while pos < data.len() {
-        let Some((header, payload)) = valid_at(&data, pos, nonce) else {
-            // Torn tail, unless a valid record follows somewhere after it.
-            if let Some(at) = (pos + 1..data.len()).find(|&p| valid_at(&data, p, nonce).is_some()) {
-                return Err(StoreError::Corrupt(format!(
-                    "journal record at offset {pos} is damaged but a valid record follows at {at}"
-                )));
+    loop {
+        let Some((header, payload)) = record_at(file, pos, file_len, nonce)? else {
+            // The end, unless a valid record of this generation follows.
+            let mut at = pos + ALIGN;
+            while at < file_len {
+                if record_at(file, at, file_len, nonce)?.is_some() {
+                    return Err(StoreError::Corrupt(format!(
+                        "journal record at offset {pos} is damaged but a valid record follows at {at}"
+                    )));
+                }
+                at += ALIGN;
             }
             break;
         };
-        if let Some(expected) = next_seq {
-            if header.first_seq != expected {
-                return Err(StoreError::Corrupt(format!(
-                    "journal sequence jumps from {expected} to {} at offset {pos}",
-                    header.first_seq
-                )));
-            }
+        if next_seq.is_some_and(|expected| header.first_seq != expected) {
+            return Err(StoreError::Corrupt(format!(
+                "journal sequence jumps to {} at offset {pos}",
+                header.first_seq
+            )));
         }
-        let mut reader = payload;
+        let mut reader = &payload[..];
         let mut txns = Vec::with_capacity(header.count as usize);
         for _ in 0..header.count {
             let txn: Transaction = bincode::deserialize_from(&mut reader).map_err(|e| {
@@ -181,27 +198,30 @@ pub(super) fn scan(file: &File, nonce: u64) -> Result<Scan, StoreError> {
             first_seq: header.first_seq,
             txns,
         });
-        pos += HEADER + payload.len();
+        pos += padded(HEADER as u64 + header.len);
     }
     Ok(Scan {
         records,
-        good_end: pos as u64,
+        end: pos,
+        file_len,
     })
 }
 
-/// The journal file being appended to, owned by the committer thread.
+/// The journal file being written, owned by the committer thread.
 pub(super) struct Journal {
     pub file: File,
-    /// Bytes of valid records; appends go here.
+    /// End of the valid records of this generation; appends go here.
     pub len: u64,
+    /// The file's length (records of dead generations may lie past `len`).
+    pub file_len: u64,
     pub nonce: u64,
     pub faults: Option<Arc<FaultInjection>>,
 }
 
 impl Journal {
-    /// Append a sealed record and make it durable. On a write error the file
-    /// is cut back to its previous length so the journal stays a clean
-    /// sequence of records; the error says whether that worked.
+    /// Write a sealed record and make it durable. If the write fails, a file
+    /// extension it made is cut back so the journal stays a clean sequence
+    /// of records; the error says whether that worked.
     pub fn append(&mut self, record: &[u8]) -> Result<(), AppendError> {
         let faults = self.faults.as_deref();
         let written = if faults.is_some_and(FaultInjection::take_journal_enospc) {
@@ -213,7 +233,7 @@ impl Journal {
             self.file.write_all_at(record, self.len)
         };
         if let Err(e) = written {
-            return Err(match self.file.set_len(self.len) {
+            return Err(match self.file.set_len(self.file_len) {
                 Ok(()) => AppendError::Write(e),
                 Err(cut) => AppendError::Sync(io::Error::other(format!(
                     "{e}; then cutting the journal back failed: {cut}"
@@ -225,16 +245,20 @@ impl Journal {
         }
         self.file.sync_data().map_err(AppendError::Sync)?;
         self.len += record.len() as u64;
+        self.file_len = self.file_len.max(self.len);
         Ok(())
     }
 
-    /// Empty the journal and start generation `nonce`. Call only once a
-    /// snapshot that names `nonce` is durable.
-    pub fn reset(&mut self, nonce: u64) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.sync_all()?;
+    /// Start generation `nonce` at the beginning of the file. Call only once
+    /// a snapshot naming `nonce` is durable: that is what kills the old
+    /// records. A file grown far past `keep` is shortened.
+    pub fn reset(&mut self, nonce: u64, keep: u64) -> io::Result<()> {
         self.len = 0;
         self.nonce = nonce;
+        if self.file_len > keep.saturating_mul(2) {
+            self.file.set_len(0)?;
+            self.file_len = 0;
+        }
         Ok(())
     }
 }
@@ -264,7 +288,14 @@ mod tests {
         t
     }
 
-    fn journal_with(records: &[(u64, u8)]) -> (tempfile::TempDir, File) {
+    fn append(j: &mut Journal, seq: u64, nonce: u64) {
+        let mut r = begin(seq, 0);
+        r.push(&txn(seq as u8)).unwrap_or_else(|e| panic!("{e}"));
+        r.seal(nonce);
+        j.append(&r.buf).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+
+    fn journal_with(seqs: &[u64]) -> (tempfile::TempDir, Journal) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let file = File::options()
             .read(true)
@@ -276,38 +307,55 @@ mod tests {
         let mut j = Journal {
             file,
             len: 0,
+            file_len: 0,
             nonce: 7,
             faults: None,
         };
-        for (seq, i) in records {
-            let mut r = begin(*seq, 0);
-            r.push(&txn(*i)).unwrap_or_else(|e| panic!("{e}"));
-            r.seal(7);
-            j.append(&r.buf).unwrap_or_else(|e| panic!("{e:?}"));
+        for seq in seqs {
+            append(&mut j, *seq, 7);
         }
-        (dir, j.file)
+        (dir, j)
+    }
+
+    fn scan_ok(j: &Journal, nonce: u64) -> Scan {
+        scan(&j.file, nonce).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
-    fn torn_tail_is_cut_but_damage_before_a_good_record_is_corruption() {
-        let (_dir, file) = journal_with(&[(1, 1), (2, 2), (3, 3)]);
-        let scan = scan(&file, 7).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(scan.records.len(), 3);
-        let full = scan.good_end;
-        // Torn tail: cut the last record short.
-        file.set_len(full - 10).unwrap_or_else(|e| panic!("{e}"));
-        let s = super::scan(&file, 7).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.records.len(), 2);
-        assert!(s.good_end < full - 10);
-        // Wrong generation: nothing valid, nothing corrupt.
-        assert_eq!(super::scan(&file, 8).map(|s| s.records.len()).ok(), Some(0));
-        // Damage in the first record with good ones after it.
-        let (_dir, file) = journal_with(&[(1, 1), (2, 2), (3, 3)]);
-        file.write_all_at(&[0xff], 50)
+    fn torn_tail_ends_the_journal_but_damage_before_a_good_record_is_corruption() {
+        let (_dir, j) = journal_with(&[1, 2, 3]);
+        let s = scan_ok(&j, 7);
+        assert_eq!((s.records.len(), s.end), (3, 3 * ALIGN));
+        // Torn tail: the last record loses most of its payload.
+        j.file
+            .set_len(2 * ALIGN + 60)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(super::scan(&file, 7), Err(StoreError::Corrupt(_))));
+        assert_eq!(scan_ok(&j, 7).records.len(), 2);
+        assert_eq!(scan_ok(&j, 7).end, 2 * ALIGN);
+        // Another generation: nothing valid, nothing corrupt.
+        assert_eq!(scan_ok(&j, 8).records.len(), 0);
+        // Damage in the first record with good ones after it.
+        let (_dir, j) = journal_with(&[1, 2, 3]);
+        j.file
+            .write_all_at(&[0xff], 50)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(scan(&j.file, 7), Err(StoreError::Corrupt(_))));
         // A sequence gap is corruption too.
-        let (_dir, file) = journal_with(&[(1, 1), (3, 3)]);
-        assert!(matches!(super::scan(&file, 7), Err(StoreError::Corrupt(_))));
+        let (_dir, j) = journal_with(&[1, 3]);
+        assert!(matches!(scan(&j.file, 7), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_reset_journal_overwrites_dead_records_in_place() {
+        let (_dir, mut j) = journal_with(&[1, 2, 3, 4]);
+        j.reset(9, 1 << 20).unwrap_or_else(|e| panic!("{e}"));
+        append(&mut j, 5, 9);
+        assert_eq!(j.file_len, 4 * ALIGN, "file kept its size");
+        let s = scan_ok(&j, 9);
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.records[0].first_seq, 5);
+        assert_eq!(s.end, ALIGN);
+        j.reset(10, 100).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(j.file_len, 0, "oversized file shortened");
     }
 }

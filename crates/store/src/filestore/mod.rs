@@ -4,13 +4,14 @@
 //! ```text
 //! DIR/lock               flock'ed while a process has the store open
 //! DIR/meta               metadata snapshot (see `snapshot`), replaced atomically
-//! DIR/journal            write-ahead journal of batch records (see `journal`)
+//! DIR/journal            write-ahead journal: 4 KiB-aligned batch records,
+//!                        rewritten from the start after each checkpoint
 //! DIR/objects/<pg>/<n>   object bytes; <pg> is "pool.seed-hex", <n> the escaped name
 //! ```
 //!
 //! # Who owns what
-//! - `journal`: record framing, appends with one `fdatasync` per batch, and
-//!   the scan that tells a torn tail from corruption.
+//! - `journal`: record framing, appends with one `fdatasync` per batch,
+//!   journal generations, and the scan that tells a torn tail from corruption.
 //! - `snapshot`: the atomic metadata snapshot written at checkpoints.
 //! - `objects`: object files, name escaping, file handles, lock stripes.
 //! - `committer`: the one thread that writes: group commit, apply, checkpoint.
@@ -34,8 +35,9 @@
 //! - A failed `fdatasync` (journal) or `fsync` (checkpoint), or an I/O error
 //!   while applying a journaled transaction, puts the store into the failed
 //!   state: nothing more is acknowledged, every later submit fails, reads go on.
-//! - `ENOSPC` while appending to the journal: the journal is cut back to its
-//!   last record and the batch's commits fail with [`StoreError::NoSpace`];
+//! - `ENOSPC` while appending to the journal: any file extension is cut back,
+//!   the batch's commits fail with [`StoreError::NoSpace`], and the next
+//!   batch overwrites the partial record;
 //!   later transactions work once space is freed. Transactions that would
 //!   grow the store past `capacity_bytes`, or leave the filesystem with less
 //!   than a small reserve, fail with `NoSpace` before they are journaled.
@@ -243,16 +245,13 @@ impl FileStore {
             .open(&journal_path)?;
         objects::sync_dir(dir)?;
         let scan = journal::scan(&journal_file, nonce)?;
-        let file_len = journal_file.metadata()?.len();
-        if scan.good_end < file_len {
-            tracing::warn!(
-                dir = %dir.display(),
-                torn_bytes = file_len - scan.good_end,
-                "dropping a torn record at the journal's tail"
-            );
-            journal_file.set_len(scan.good_end)?;
-            journal_file.sync_all()?;
-        }
+        tracing::debug!(
+            dir = %dir.display(),
+            records = scan.records.len(),
+            end = scan.end,
+            file_len = scan.file_len,
+            "scanned the journal"
+        );
 
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -267,7 +266,8 @@ impl FileStore {
         });
         let journal = Journal {
             file: journal_file,
-            len: scan.good_end,
+            len: scan.end,
+            file_len: scan.file_len,
             nonce,
             faults: shared.options.faults.clone(),
         };
@@ -277,7 +277,7 @@ impl FileStore {
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("cairn-filestore".into())
-            .spawn(move || committer.run(&thread_shared))?;
+            .spawn(move || committer::run_guarded(committer, &thread_shared))?;
         Ok(Arc::new(FileStore {
             shared,
             committer: Mutex::new(Some(handle)),

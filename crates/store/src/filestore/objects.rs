@@ -75,9 +75,8 @@ pub(super) fn coll_dir_name(coll: Collection) -> String {
 }
 
 fn stripe_of(oid: &ObjectId) -> usize {
-    // A fixed-key hasher: stripes only need to spread, not resist attacks.
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new();
+    // Fixed keys: stripes only need to spread, not resist attacks.
+    let mut h = std::hash::DefaultHasher::new();
     oid.hash(&mut h);
     (h.finish() % STRIPES as u64) as usize
 }

@@ -1,0 +1,200 @@
+//! A local cluster of real `cairn` processes for integration tests: started
+//! with `cairn cluster up` in a temporary directory and stopped (the exact
+//! processes it started) when dropped.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_client::{ClientOptions, Cluster};
+
+pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub osds: u32,
+}
+
+impl TestCluster {
+    /// Start a monitor and `osds` OSDs (filestore) with pool `rbd` of 16 PGs.
+    pub fn up(osds: u32) -> Self {
+        Self::up_with(osds, &["--pg-num", "16"])
+    }
+
+    pub fn up_with(osds: u32, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("cairn-test-")
+            .tempdir()
+            .expect("tempdir");
+        let cluster = TestCluster { dir, osds };
+        let n = osds.to_string();
+        let mut args = vec!["cluster", "up", "--osds", &n, "--timeout", "60"];
+        args.extend_from_slice(extra);
+        let dir_arg = cluster.dir.path().display().to_string();
+        args.extend_from_slice(&["--dir", &dir_arg]);
+        let out = Command::new(CAIRN).args(&args).output().expect("run cairn");
+        if !out.status.success() {
+            cluster.dump_logs();
+            panic!(
+                "cluster up failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        cluster
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn conf(&self) -> PathBuf {
+        self.dir.path().join("cairn.toml")
+    }
+
+    /// Run `cairn --conf <this cluster> ARGS`.
+    pub fn cairn(&self, args: &[&str]) -> Output {
+        Command::new(CAIRN)
+            .arg("--conf")
+            .arg(self.conf())
+            .args(args)
+            .output()
+            .expect("run cairn")
+    }
+
+    /// Run a command that must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cairn(args);
+        assert!(
+            out.status.success(),
+            "cairn {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Run a command that must fail; returns its stderr (one line).
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.cairn(args);
+        assert!(!out.status.success(), "cairn {args:?} should have failed");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "error should be one line: {err}"
+        );
+        err
+    }
+
+    /// The pid of a daemon (`mon`, `osd.N`) from the cluster's state file.
+    pub fn pid(&self, name: &str) -> u32 {
+        let text = std::fs::read_to_string(self.dir.path().join("cluster.json")).expect("state");
+        let state: serde_json::Value = serde_json::from_str(&text).expect("json");
+        state["daemons"]
+            .as_array()
+            .expect("daemons")
+            .iter()
+            .find(|d| d["name"] == name)
+            .and_then(|d| d["pid"].as_u64())
+            .unwrap_or_else(|| panic!("no daemon {name}")) as u32
+    }
+
+    /// `kill -9` a daemon and wait until it is gone.
+    pub fn kill9(&self, name: &str) {
+        let pid = self.pid(name);
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        for _ in 0..200 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{name} (pid {pid}) did not die");
+    }
+
+    /// Start every daemon that is not running and wait for all PGs active.
+    pub fn restart_missing(&self) {
+        let n = self.osds.to_string();
+        let dir_arg = self.dir.path().display().to_string();
+        let out = Command::new(CAIRN)
+            .args([
+                "cluster",
+                "up",
+                "--osds",
+                &n,
+                "--timeout",
+                "90",
+                "--dir",
+                &dir_arg,
+            ])
+            .output()
+            .expect("run cairn");
+        if !out.status.success() {
+            self.dump_logs();
+            panic!(
+                "cluster up (restart) failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["--json", "status"])).expect("status json")
+    }
+
+    /// A client connected to this cluster.
+    pub async fn client(&self) -> Arc<Cluster> {
+        let config = cairn_config::Config::load(&self.conf()).expect("config");
+        let opts = ClientOptions {
+            mon_addr: config.global.mon_addr.clone(),
+            op_timeout: None,
+        };
+        Cluster::connect(opts).await.expect("connect")
+    }
+
+    pub fn dump_logs(&self) {
+        for entry in std::fs::read_dir(self.dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                eprintln!("==== {} (last lines) ====", path.display());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
+        let dir_arg = self.dir.path().display().to_string();
+        let _ = Command::new(CAIRN)
+            .args(["cluster", "down", "--dir", &dir_arg])
+            .output();
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
