@@ -1,6 +1,6 @@
 //! [`MemStore`]: an in-memory [`ObjectStore`] for tests and models.
 //!
-//! It owns nothing but process memory: metadata in a [`Meta`] and object bytes
+//! It owns nothing but process memory: metadata (the shared `meta` rules) and object bytes
 //! in sparse 64 KiB chunks (so that a truncate to a terabyte costs nothing).
 //! Transactions are applied at `submit` under one write lock, which makes
 //! them atomic and ordered; every [`Commit`] is ready at once. Fault model:

@@ -2,7 +2,7 @@
 //!
 //! Each check is a `pub async fn` taking a [`Harness`] that opens (and, for
 //! durable backends, reopens) one store; a check panics on the first
-//! deviation. A backend's tests run them all with [`conformance_tests!`]
+//! deviation. A backend's tests run them all with [`conformance_tests!`](crate::conformance_tests)
 //! (one `#[tokio::test]` per check) or [`run_all`]:
 //!
 //! ```ignore

@@ -30,8 +30,9 @@ use crate::{Collection, ObjectId};
 
 /// Number of lock stripes (and file-handle cache shards).
 pub(super) const STRIPES: usize = 64;
-/// Open file handles kept per stripe.
-const HANDLES_PER_STRIPE: usize = 8;
+/// Bounds on the number of open object files kept (spread over the stripes).
+const MIN_OPEN_FILES: usize = 256;
+const MAX_OPEN_FILES: usize = 16384;
 /// Escaped names longer than this are shortened and suffixed with a hash.
 const MAX_FILE_NAME: usize = 200;
 
@@ -90,6 +91,23 @@ struct Stripe {
 pub(super) struct Objects {
     root: PathBuf,
     stripes: Box<[Stripe]>,
+    handles_per_stripe: usize,
+}
+
+/// Open object files to keep: a quarter of the process's descriptor limit,
+/// within [`MIN_OPEN_FILES`, `MAX_OPEN_FILES`].
+fn open_file_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (soft / 4).clamp(MIN_OPEN_FILES, MAX_OPEN_FILES)
 }
 
 /// Write locks on a set of stripes, held while a transaction is applied.
@@ -105,7 +123,11 @@ impl Objects {
                 files: Mutex::new(HashMap::new()),
             })
             .collect();
-        Self { root, stripes }
+        Self {
+            root,
+            stripes,
+            handles_per_stripe: (open_file_budget() / STRIPES).max(1),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -174,7 +196,7 @@ impl Objects {
         };
         let file = Arc::new(file);
         let mut files = stripe.files.lock();
-        if files.len() >= HANDLES_PER_STRIPE {
+        if files.len() >= self.handles_per_stripe {
             if let Some(victim) = files.keys().next().cloned() {
                 files.remove(&victim);
             }

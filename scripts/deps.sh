@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install what building and testing Cairn needs (Debian). Idempotent.
+set -euo pipefail
+need=()
+command -v fio >/dev/null 2>&1 || need+=(fio)
+command -v qemu-io >/dev/null 2>&1 || need+=(qemu-utils)
+command -v nbdcopy >/dev/null 2>&1 || need+=(libnbd-bin)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, the object-store conformance suite,
+# crash tests, integration tests on real processes and interop with real
+# NBD clients (qemu-io, nbdcopy, fio). Installs what the tests need first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+cargo build --workspace --all-targets
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+else
+  cargo test --workspace --no-fail-fast
+fi
+cargo test --workspace --doc
