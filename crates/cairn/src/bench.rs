@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use cairn_bench::{BenchSpec, RwMode};
 use cairn_client::{Cluster, Image};
 use clap::Args;
@@ -41,8 +41,8 @@ pub struct BenchArgs {
     #[arg(long)]
     size: Option<String>,
     /// Worker threads of the client runtime.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
 }
 
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
@@ -61,11 +61,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
         seed: None,
     };
     let config = conf::load(ctx)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = crate::daemons::runtime(args.threads)?;
     let json = ctx.json;
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;

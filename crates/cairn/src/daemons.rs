@@ -53,12 +53,17 @@ pub enum OsdCmd {
     Down { id: u32 },
 }
 
-fn runtime(threads: u32) -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1) as usize)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+/// An async runtime: one thread runs everything (no cross-thread wakeups,
+/// the fastest per core), more threads use a work-stealing pool.
+pub fn runtime(threads: u32) -> Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads as usize);
+        b
+    };
+    builder.enable_all().build().context("cannot start the async runtime")
 }
 
 fn load_with_overrides(ctx: &Context, set: &[String]) -> Result<Config> {
@@ -80,7 +85,7 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
         pool_default_size: m.pool_default_size,
         pool_default_min_size: m.pool_default_min_size,
     };
-    let rt = runtime(2)?;
+    let rt = runtime(1)?;
     rt.block_on(async {
         let mon = cairn_mon::Monitor::open(&args.dir, opts)?;
         let listener = cairn_mon::Monitor::bind(&config.global.mon_addr).await?;

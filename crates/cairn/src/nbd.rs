@@ -23,8 +23,8 @@ pub struct NbdArgs {
     #[arg(long)]
     read_only: bool,
     /// Worker threads.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
 }
 
 pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
@@ -34,19 +34,13 @@ pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
     }
     let config = conf::load(ctx)?;
     conf::init_logging(&config.global.log_level);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()?;
+    let rt = crate::daemons::runtime(args.threads)?;
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
         let image = Image::open(&cluster, &pool, &name).await?;
         let server = cairn_nbd::NbdServer::new(name.clone(), image, args.read_only);
         if let Some(path) = &args.socket {
-            if path.exists() {
-                std::fs::remove_file(path)
-                    .with_context(|| format!("cannot replace {}", path.display()))?;
-            }
+            remove_stale_socket(path)?;
             let listener = tokio::net::UnixListener::bind(path)
                 .with_context(|| format!("cannot listen on {}", path.display()))?;
             eprintln!(
@@ -66,4 +60,20 @@ pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Remove a leftover socket from a gateway that is gone; refuse to touch a
+/// path that is not a socket, or a socket someone still listens on.
+fn remove_stale_socket(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        bail!("{} exists and is not a socket; not replacing it", path.display());
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        bail!("{} is in use by a running server", path.display());
+    }
+    std::fs::remove_file(path).with_context(|| format!("cannot replace {}", path.display()))
 }

@@ -33,7 +33,7 @@ fn defaults_match_the_documented_values() {
     assert_eq!(c.osd.store, StoreKind::Filestore);
     assert_eq!(c.osd.journal_max_bytes, 268_435_456);
     assert_eq!(c.osd.pg_log_max_entries, 3000);
-    assert_eq!(c.osd.worker_threads, 2);
+    assert_eq!(c.osd.worker_threads, 1);
     assert_eq!(c.client.op_timeout_ms, 0);
     assert_eq!(c.client.image_default_object_size, 4_194_304);
     assert_eq!(c.client.max_inflight_ops, 1024);
