@@ -63,7 +63,10 @@ pub fn runtime(threads: u32) -> Result<tokio::runtime::Runtime> {
         b.worker_threads(threads as usize);
         b
     };
-    builder.enable_all().build().context("cannot start the async runtime")
+    builder
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 fn load_with_overrides(ctx: &Context, set: &[String]) -> Result<Config> {

@@ -70,7 +70,10 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<()> {
         return Ok(());
     };
     if !meta.file_type().is_socket() {
-        bail!("{} exists and is not a socket; not replacing it", path.display());
+        bail!(
+            "{} exists and is not a socket; not replacing it",
+            path.display()
+        );
     }
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         bail!("{} is in use by a running server", path.display());

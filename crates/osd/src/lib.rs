@@ -174,6 +174,7 @@ impl Osd {
             }
             *current = map.clone();
         }
+        self.remove_deleted_pools(&map);
         tracing::debug!("osd.{} has map epoch {}", self.id(), map.epoch);
         self.peers.forget_down(&map);
         self.update_pgs(&map);
@@ -212,6 +213,35 @@ impl Osd {
                 let osd = self.clone();
                 tokio::spawn(async move { osd.peer_pg(pg, seq).await });
             }
+        }
+    }
+
+    /// Delete the collections of pools the map no longer has (`pool rm`).
+    fn remove_deleted_pools(&self, map: &ClusterMap) {
+        let Ok(colls) = self.store.list_collections() else {
+            return;
+        };
+        let mut txn = cairn_store::Transaction::new();
+        for coll in colls.into_iter().filter(|c| map.pool(c.pool).is_none()) {
+            txn.remove_collection(coll);
+        }
+        if txn.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "osd.{}: removing {} PGs of deleted pools",
+            self.id(),
+            txn.ops.len()
+        );
+        match self.store.submit(txn) {
+            Ok(commit) => {
+                tokio::spawn(async move {
+                    if let Err(e) = commit.await {
+                        tracing::error!("removing deleted pools failed: {e}");
+                    }
+                });
+            }
+            Err(e) => tracing::error!("removing deleted pools failed: {e}"),
         }
     }
 

@@ -75,6 +75,15 @@ impl Osd {
             let msg = "a request must hold only reads or only mutations, and at least one op";
             return reply(sender, op.tid, Err(OpError::Invalid(msg.into())));
         }
+        let map = self.map();
+        match map.pool(op.pg.pool) {
+            Some(pool) if map.object_pg(pool, &op.oid) == op.pg => {}
+            Some(_) => {
+                let msg = format!("object {:?} does not belong to pg {}", op.oid, op.pg);
+                return reply(sender, op.tid, Err(OpError::Invalid(msg)));
+            }
+            None => return reply(sender, op.tid, Err(OpError::WrongPrimary { epoch })),
+        }
         let Some(pg) = self.pg(op.pg).filter(|pg| pg.is_primary(self.id())) else {
             return reply(sender, op.tid, Err(OpError::WrongPrimary { epoch }));
         };
