@@ -72,7 +72,13 @@ pub struct Osd {
     waiting_for_map: Mutex<Vec<(OsdOp, Sender)>>,
     /// Wakes the heartbeat loop early (a PG changed state).
     pub(crate) report_now: Notify,
+    /// Bounds the PG syncs this OSD pulls at once, so recovery's memory and
+    /// bandwidth stay bounded however many PGs need it.
+    pub(crate) recovery_slots: tokio::sync::Semaphore,
 }
+
+/// PG syncs an OSD pulls concurrently.
+pub const RECOVERY_MAX_ACTIVE: usize = 2;
 
 impl Osd {
     /// Bind the OSD's address; the OSD is not yet serving.
@@ -100,6 +106,7 @@ impl Osd {
             pgs: RwLock::new(HashMap::new()),
             waiting_for_map: Mutex::new(Vec::new()),
             report_now: Notify::new(),
+            recovery_slots: tokio::sync::Semaphore::new(RECOVERY_MAX_ACTIVE),
         });
         Ok((osd, listener))
     }

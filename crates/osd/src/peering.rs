@@ -163,6 +163,11 @@ impl Osd {
         source: OsdId,
         map: &ClusterMap,
     ) -> Result<(), String> {
+        let _slot = self
+            .recovery_slots
+            .acquire()
+            .await
+            .map_err(|e| e.to_string())?;
         let reply = self
             .peers
             .request(source, map, |tid| Message::PgList { tid, pg: pg.id })
