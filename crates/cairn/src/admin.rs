@@ -28,8 +28,13 @@ pub enum PoolCmd {
     },
     /// List pools.
     Ls,
-    /// Remove a pool and everything in it.
-    Rm { name: String },
+    /// Remove a pool and everything in it (needs --yes-i-really-mean-it).
+    Rm {
+        name: String,
+        /// Confirm that every image and object in the pool is to be destroyed.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -132,7 +137,14 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             )
         }
         PoolCmd::Ls => (MonCommand::PoolLs, true),
-        PoolCmd::Rm { name } => (MonCommand::PoolRm { name }, false),
+        PoolCmd::Rm { name, yes_i_really_mean_it } => {
+            if !yes_i_really_mean_it {
+                anyhow::bail!(
+                    "removing pool '{name}' destroys all its data; repeat with --yes-i-really-mean-it"
+                );
+            }
+            (MonCommand::PoolRm { name }, false)
+        }
     };
     let value = mon_command(ctx, mon_cmd)?;
     if ctx.json {
