@@ -363,7 +363,7 @@ fn render_defaults_parses_to_defaults() {
 fn serde_derives_reject_unknown_fields_and_fill_defaults() {
     let osd: OsdConfig = toml::from_str("store = \"memstore\"").unwrap();
     assert_eq!(osd.store, StoreKind::Memstore);
-    assert_eq!(osd.worker_threads, 2);
+    assert_eq!(osd.worker_threads, OsdConfig::default().worker_threads);
     assert!(toml::from_str::<OsdConfig>("stor = \"memstore\"").is_err());
     let json = serialize_via_value(&Config::default());
     assert!(json.contains("heartbeat_interval_ms"));

@@ -9,6 +9,7 @@
 //! no fault model of its own: applying a validated transaction cannot fail.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -71,9 +72,15 @@ pub(crate) struct Totals {
 }
 
 /// The metadata of a whole store.
+///
+/// Collections are shared copy-on-write: cloning a `Meta` costs one reference
+/// count per collection, and a later change to a collection copies that
+/// collection only while a clone still shares it. The file store takes such
+/// a clone at a checkpoint and encodes it on another thread while commits go
+/// on. (`Arc` serializes as its contents, so the encoding is unchanged.)
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Meta {
-    pub colls: BTreeMap<Collection, CollMeta>,
+    pub colls: BTreeMap<Collection, Arc<CollMeta>>,
     #[serde(skip)]
     pub totals: Totals,
 }
@@ -207,11 +214,11 @@ impl Meta {
 
     /// The object, created (size 0) if missing.
     fn obj_mut<'m>(
-        colls: &'m mut BTreeMap<Collection, CollMeta>,
+        colls: &'m mut BTreeMap<Collection, Arc<CollMeta>>,
         totals: &mut Totals,
         oid: &ObjectId,
     ) -> &'m mut ObjMeta {
-        let coll = colls.entry(oid.coll).or_default();
+        let coll = Arc::make_mut(colls.entry(oid.coll).or_default());
         // Look up by &str first so that the common case does not clone the name.
         if !coll.objects.contains_key(&oid.name) {
             totals.objects += 1;
@@ -222,17 +229,20 @@ impl Meta {
             .unwrap_or_else(|| unreachable!("object inserted above"))
     }
 
+    /// The object if it exists; its collection is unshared only then.
     fn existing_mut<'m>(
-        colls: &'m mut BTreeMap<Collection, CollMeta>,
+        colls: &'m mut BTreeMap<Collection, Arc<CollMeta>>,
         oid: &ObjectId,
     ) -> Option<&'m mut ObjMeta> {
-        colls
-            .get_mut(&oid.coll)
-            .and_then(|c| c.objects.get_mut(&oid.name))
+        let coll = colls.get_mut(&oid.coll)?;
+        if !coll.objects.contains_key(&oid.name) {
+            return None;
+        }
+        Arc::make_mut(coll).objects.get_mut(&oid.name)
     }
 
     fn gc_coll(&mut self, coll: Collection) {
-        if self.colls.get(&coll).is_some_and(CollMeta::is_empty) {
+        if self.colls.get(&coll).is_some_and(|c| c.is_empty()) {
             self.colls.remove(&coll);
         }
     }
@@ -291,8 +301,9 @@ impl Meta {
                 out.push(DataOp::SetLen { oid, size: *size });
             }
             TxOp::Remove { oid } => {
-                if let Some(coll) = self.colls.get_mut(&oid.coll) {
-                    if let Some(obj) = coll.objects.remove(&oid.name) {
+                let coll = self.colls.get_mut(&oid.coll);
+                if let Some(coll) = coll.filter(|c| c.objects.contains_key(&oid.name)) {
+                    if let Some(obj) = Arc::make_mut(coll).objects.remove(&oid.name) {
                         totals.used -= obj_bytes(&obj);
                         totals.objects -= 1;
                     }
@@ -335,14 +346,14 @@ impl Meta {
                 version,
                 entry,
             } => {
-                let c = self.colls.entry(*coll).or_default();
+                let c = Arc::make_mut(self.colls.entry(*coll).or_default());
                 totals.used += LOG_KEY_BYTES + entry.len() as u64;
                 if let Some(old) = c.log.insert(*version, entry.clone()) {
                     totals.used -= LOG_KEY_BYTES + old.len() as u64;
                 }
             }
             TxOp::LogTrim { coll, up_to } => {
-                if let Some(c) = self.colls.get_mut(coll) {
+                if let Some(c) = self.colls.get_mut(coll).map(Arc::make_mut) {
                     // Keep the entries strictly above `up_to`.
                     let keep = match up_to.counter.checked_add(1) {
                         Some(counter) => c.log.split_off(&Version::new(up_to.epoch, counter)),
@@ -358,7 +369,7 @@ impl Meta {
                 }
             }
             TxOp::CollSetAttr { coll, key, value } => {
-                let c = self.colls.entry(*coll).or_default();
+                let c = Arc::make_mut(self.colls.entry(*coll).or_default());
                 put(&mut c.attrs, key, value, totals);
             }
             TxOp::RemoveCollection { coll } => {

@@ -419,3 +419,124 @@ async fn replay_repairs_any_mix_of_unsynced_object_writes() {
         common::assert_matches_model(&*store, seed, n1 + n2 + 300).await;
     }
 }
+
+/// Commit `count` one-object writes `prefix0..` of 4 KiB each, one at a time
+/// (one journal record each).
+async fn commit_blocks(store: &FileStore, prefix: &str, count: usize) {
+    for i in 0..count {
+        let name = format!("{prefix}{i}");
+        commit(store, write(&name, &block(&name)))
+            .await
+            .unwrap_or_else(|e| panic!("commit {name}: {e}"));
+    }
+}
+
+fn block(name: &str) -> Vec<u8> {
+    let seed = crc32c::crc32c(name.as_bytes());
+    (0..4096u32)
+        .map(|i| (seed.wrapping_add(i) % 251) as u8)
+        .collect()
+}
+
+async fn assert_blocks(store: &FileStore, prefix: &str, count: usize) {
+    for i in 0..count {
+        let name = format!("{prefix}{i}");
+        let got = read_all(store, &name).await;
+        assert_eq!(got.as_deref(), Some(&block(&name)[..]), "{name}");
+    }
+}
+
+/// Releases a held checkpoint when dropped, so that a failing test ends
+/// (closing the store waits for its checkpoint) instead of hanging.
+struct Release(Arc<FaultInjection>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.checkpoint_delay_ms.store(0, Ordering::SeqCst);
+    }
+}
+
+/// A crash while a background checkpoint is still running (its snapshot not
+/// yet written) leaves two live journal generations, one in each file; the
+/// reopened store replays both, in order, and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_during_a_background_checkpoint_replays_both_journals() {
+    let dir = tmpdir();
+    let faults = Arc::new(FaultInjection::default());
+    faults.checkpoint_delay_ms.store(u64::MAX, Ordering::SeqCst);
+    let options = FileStoreOptions {
+        journal_max_bytes: 64 * 1024,
+        faults: Some(faults.clone()),
+        ..Default::default()
+    };
+    let store = open(dir.path(), options.clone());
+    // Declared after the store so that it is dropped (releasing) first.
+    let _release = Release(faults.clone());
+    let before = store.stats().checkpoints;
+    // Each record is two 4 KiB pages: 10 records pass 64 KiB and rotate,
+    // 6 more stay in the next generation (under twice the limit: no stall).
+    commit_blocks(&store, "a", 10).await;
+    commit_blocks(&store, "b", 6).await;
+    assert_eq!(store.stats().checkpoints, before, "checkpoint was held");
+    let crashed = tmpdir();
+    copy_tree(dir.path(), crashed.path());
+
+    let reopened = open(crashed.path(), FileStoreOptions::default());
+    let stats = reopened.stats();
+    assert_eq!(stats.replayed, 16, "{stats:?}");
+    assert_eq!(stats.replayed_journals, 2, "{stats:?}");
+    assert_blocks(&reopened, "a", 10).await;
+    assert_blocks(&reopened, "b", 6).await;
+    // After recovery both old generations are dead: a second crash right
+    // after more commits replays only those.
+    commit_blocks(&reopened, "c", 3).await;
+    let again = tmpdir();
+    copy_tree(crashed.path(), again.path());
+    drop(reopened);
+    let third = open(again.path(), FileStoreOptions::default());
+    assert_eq!(third.stats().replayed, 3);
+    assert_blocks(&third, "a", 10).await;
+    assert_blocks(&third, "c", 3).await;
+
+    // The original store finishes its checkpoint once released.
+    faults.checkpoint_delay_ms.store(0, Ordering::SeqCst);
+    commit_blocks(&store, "d", 20).await;
+    assert!(store.stats().checkpoints > before, "{:?}", store.stats());
+    drop(store);
+    let store = open(dir.path(), FileStoreOptions::default());
+    assert_blocks(&store, "b", 6).await;
+    assert_blocks(&store, "d", 20).await;
+}
+
+/// Commits wait for a running checkpoint only once the active journal file
+/// has grown to twice `journal_max_bytes`; that wait is counted as a stall
+/// and ends when the checkpoint does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_stall_only_when_both_journals_are_full() {
+    let dir = tmpdir();
+    let faults = Arc::new(FaultInjection::default());
+    faults.checkpoint_delay_ms.store(u64::MAX, Ordering::SeqCst);
+    let options = FileStoreOptions {
+        journal_max_bytes: 64 * 1024,
+        faults: Some(faults.clone()),
+        ..Default::default()
+    };
+    let store = open(dir.path(), options);
+    let _release = Release(faults.clone());
+    commit_blocks(&store, "a", 10).await; // rotates; checkpoint held
+    commit_blocks(&store, "b", 16).await; // fills the second file past 2x
+    let blocked = {
+        let store = store.clone();
+        tokio::spawn(async move { commit_blocks(&store, "c", 2).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !blocked.is_finished(),
+        "commit did not wait for the checkpoint"
+    );
+    faults.checkpoint_delay_ms.store(0, Ordering::SeqCst);
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(10), blocked).await;
+    assert!(matches!(waited, Ok(Ok(()))), "{waited:?}");
+    assert_eq!(store.stats().checkpoint_stalls, 1, "{:?}", store.stats());
+    assert_blocks(&store, "c", 2).await;
+}

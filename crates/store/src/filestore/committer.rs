@@ -4,38 +4,38 @@
 //! them as one journal record, issues one `fdatasync`, then applies them in
 //! order — metadata under a brief write lock, object bytes with `pwrite` into
 //! the page cache while holding the stripes of the objects involved — and
-//! completes each commit right after its transaction is applied. When the
-//! journal outgrows `journal_max_bytes` it checkpoints: sync the object files
-//! written since the last checkpoint (and their directories), write the
-//! metadata snapshot atomically, and only then start a new journal
-//! generation (which makes the old records dead).
+//! completes each commit right after its transaction is applied.
+//!
+//! When the active journal file outgrows `journal_max_bytes` it rotates, at
+//! the batch boundary: it starts the next journal generation in the other
+//! file, and hands a checkpoint of everything before the boundary (a
+//! copy-on-write clone of the metadata plus the files dirtied so far) to a
+//! background thread, then goes on committing. It waits for a checkpoint only
+//! when it must rotate again while that checkpoint still runs, because the
+//! other file is free only once the checkpoint's snapshot is durable.
 //!
 //! Fault model: see the parent module. Every I/O error after a record is
 //! journaled fails the store; nothing is acknowledged that is not durable.
 
-use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
-use std::os::unix::io::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::meta::{growth_estimate, DataOp};
-use crate::{Collection, ObjectId, Result, StoreError, Transaction, TxOp};
+use crate::{Result, StoreError, Transaction, TxOp};
 
+use super::checkpoint::{self, Dirty, InFlight, Job};
 use super::journal::{self, AppendError, Found, Journal};
-use super::objects::sync_dir;
-use super::{snapshot, Pending, Shared};
+use super::{Pending, Shared};
 
 /// A batch stops growing once its payload passes this size.
 const MAX_BATCH_BYTES: u64 = 32 << 20;
 /// Free filesystem space kept back so that applying journaled data never fails.
 const FS_RESERVE_BYTES: u64 = 16 << 20;
-/// Above this many dirty files a checkpoint uses one `syncfs` instead of
-/// an `fdatasync` per file.
-const SYNCFS_MIN_FILES: usize = 256;
 
 /// Run the committer; if it panics, fail the store and keep answering every
 /// queued transaction with `Failed` until shutdown, so no commit hangs.
-pub(super) fn run_guarded(committer: Committer, shared: &Shared) {
+pub(super) fn run_guarded(committer: Committer, shared: &Arc<Shared>) {
     let run = std::panic::AssertUnwindSafe(|| committer.run(shared));
     if std::panic::catch_unwind(run).is_ok() {
         return;
@@ -79,25 +79,28 @@ fn batch_cost(txn: &Transaction) -> u64 {
 
 /// The committer's private state.
 pub(super) struct Committer {
+    /// The journal file being appended to.
     journal: Journal,
+    /// The other journal file: the previous generation until the running
+    /// checkpoint (if any) is done, dead records after that.
+    spare: Journal,
     /// Sequence number of the next transaction to journal.
     next_seq: u64,
-    /// Object files written since the last checkpoint.
-    dirty_files: HashSet<ObjectId>,
-    /// Collection directories whose entries changed since the last checkpoint.
-    dirty_colls: HashSet<Collection>,
-    /// The objects directory's entries changed since the last checkpoint.
-    root_dirty: bool,
+    /// Files and directories changed in the current generation.
+    dirty: Dirty,
+    /// The checkpoint of the previous generation, while it may still run.
+    checkpoint: Option<InFlight>,
 }
 
 impl Committer {
-    pub fn new(journal: Journal, next_seq: u64) -> Self {
+    /// A committer appending to `journal`, whose next transaction is `next_seq`.
+    pub fn new(journal: Journal, spare: Journal, next_seq: u64) -> Self {
         Self {
             journal,
+            spare,
             next_seq,
-            dirty_files: HashSet::new(),
-            dirty_colls: HashSet::new(),
-            root_dirty: false,
+            dirty: Dirty::default(),
+            checkpoint: None,
         }
     }
 
@@ -113,7 +116,7 @@ impl Committer {
                 }
                 if seq != self.next_seq {
                     return Err(StoreError::Corrupt(format!(
-                        "journal starts at sequence {seq}, snapshot ends at {}",
+                        "journal continues at sequence {seq} after {}",
                         self.next_seq - 1
                     )));
                 }
@@ -129,7 +132,7 @@ impl Committer {
         // the right bytes but possibly the wrong length; the metadata decides.
         {
             let meta = shared.meta.read();
-            for oid in &self.dirty_files {
+            for oid in &self.dirty.files {
                 match meta.object(oid) {
                     Ok(obj) => shared.objects.fix_len(oid, obj.size)?,
                     Err(_) => shared.objects.remove(oid)?,
@@ -138,11 +141,29 @@ impl Committer {
         }
         tracing::info!(dir = %shared.dir.display(), replayed, "replayed the journal");
         shared.counters.replayed.store(replayed, Ordering::Relaxed);
-        self.checkpoint(shared)
+        // Checkpoint here, before any commit, into a generation two ahead of
+        // the snapshot's: both replayed generations become dead at once.
+        let nonce = journal::next_nonce(journal::next_nonce(self.journal.nonce));
+        let job = self.job(shared, nonce, self.journal.slot);
+        checkpoint::run(shared, job)?;
+        self.journal.reset(nonce, journal_keep(shared))?;
+        Ok(())
+    }
+
+    /// A checkpoint of everything applied so far, continuing in generation
+    /// `nonce` in journal file `slot`; the dirty sets start afresh.
+    fn job(&mut self, shared: &Shared, nonce: u64, slot: usize) -> Job {
+        Job {
+            meta: shared.meta.read().clone(),
+            seq: self.next_seq - 1,
+            nonce,
+            slot,
+            dirty: std::mem::take(&mut self.dirty),
+        }
     }
 
     /// The thread body: commit batches until shut down and drained.
-    pub fn run(mut self, shared: &Shared) {
+    pub fn run(mut self, shared: &Arc<Shared>) {
         loop {
             let batch = {
                 let mut queue = shared.queue.lock();
@@ -150,7 +171,7 @@ impl Committer {
                     shared.wake.wait(&mut queue);
                 }
                 if queue.items.is_empty() {
-                    return;
+                    break;
                 }
                 let mut cost = 0;
                 let mut batch = Vec::new();
@@ -164,13 +185,51 @@ impl Committer {
                 batch
             };
             self.commit_batch(shared, batch);
-            if self.journal.len > shared.options.journal_max_bytes && shared.failed.get().is_none()
-            {
-                if let Err(e) = self.checkpoint(shared) {
+            if self.should_rotate(shared) {
+                if let Err(e) = self.rotate(shared) {
                     shared.fail(format!("checkpoint failed: {e}"));
                 }
             }
         }
+        // The store closes only once its last checkpoint is done (or failed,
+        // which has failed the store already).
+        if let Some(running) = self.checkpoint.take() {
+            let _ = running.wait();
+        }
+    }
+
+    /// Rotate once the journal passes `journal_max_bytes`, as soon as the
+    /// previous checkpoint is done; while it runs the journal may grow to
+    /// twice that, and only then do commits wait for it.
+    fn should_rotate(&self, shared: &Shared) -> bool {
+        let max = shared.options.journal_max_bytes;
+        if self.journal.len <= max || shared.failed.get().is_some() {
+            return false;
+        }
+        let running = self.checkpoint.as_ref().is_some_and(|c| !c.is_finished());
+        !running || self.journal.len > max.saturating_mul(2)
+    }
+
+    /// Continue in the other journal file and checkpoint the generation just
+    /// closed in the background. Waits only for the previous checkpoint.
+    fn rotate(&mut self, shared: &Arc<Shared>) -> Result<()> {
+        if let Some(running) = self.checkpoint.take() {
+            if !running.is_finished() {
+                shared
+                    .counters
+                    .checkpoint_stalls
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            running.wait()?;
+        }
+        // The durable snapshot names the active generation now, so the
+        // spare file holds only dead records.
+        let nonce = journal::next_nonce(self.journal.nonce);
+        let job = self.job(shared, nonce, self.spare.slot);
+        std::mem::swap(&mut self.journal, &mut self.spare);
+        self.journal.reset(nonce, journal_keep(shared))?;
+        self.checkpoint = checkpoint::spawn(shared, job)?;
+        Ok(())
     }
 
     /// Drop the transactions that would overfill the store, replying `NoSpace`.
@@ -302,91 +361,40 @@ impl Committer {
             match op {
                 DataOp::Write { oid, offset, data } => {
                     objects.write(oid, offset, data)?;
-                    self.mark_dirty(oid);
+                    self.dirty.write(oid);
                 }
                 DataOp::Punch { oid, offset, len } => {
                     objects.punch(oid, offset, len)?;
-                    self.mark_dirty(oid);
+                    self.dirty.write(oid);
                 }
                 DataOp::SetLen { oid, size } => {
                     objects.set_len(oid, size)?;
-                    self.mark_dirty(oid);
+                    self.dirty.write(oid);
                 }
                 DataOp::Remove { oid } => {
                     objects.remove(oid)?;
-                    self.dirty_files.remove(oid);
-                    self.dirty_colls.insert(oid.coll);
+                    self.dirty.remove(oid);
                 }
                 DataOp::RemoveCollection { coll } => {
                     objects.remove_collection(coll)?;
-                    self.dirty_files.retain(|oid| oid.coll != coll);
-                    self.root_dirty = true;
+                    self.dirty.remove_collection(coll);
                 }
             }
         }
         Ok(())
     }
+}
 
-    fn mark_dirty(&mut self, oid: &ObjectId) {
-        if !self.dirty_files.contains(oid) {
-            self.dirty_files.insert(oid.clone());
-            if self.dirty_colls.insert(oid.coll) {
-                self.root_dirty = true;
-            }
-        }
-    }
-
-    /// Make everything applied so far durable without the journal, then empty it.
-    pub fn checkpoint(&mut self, shared: &Shared) -> Result<()> {
-        let objects = &shared.objects;
-        if self.dirty_files.len() >= SYNCFS_MIN_FILES {
-            syncfs(&self.journal.file)?;
-        } else {
-            for oid in &self.dirty_files {
-                objects.sync(oid)?;
-            }
-            for coll in &self.dirty_colls {
-                sync_dir(&objects.coll_path(*coll))?;
-            }
-            if self.root_dirty {
-                sync_dir(objects.root())?;
-            }
-        }
-        let nonce = new_nonce();
-        let image = snapshot::encode(&shared.meta.read(), self.next_seq - 1, nonce)?;
-        snapshot::write(&shared.dir, &image)?;
-        drop(image);
-        // The snapshot now names the new generation: the old records are dead.
-        self.journal
-            .reset(nonce, shared.options.journal_max_bytes.max(MAX_BATCH_BYTES))?;
-        self.dirty_files.clear();
-        self.dirty_colls.clear();
-        self.root_dirty = false;
-        shared.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(dir = %shared.dir.display(), seq = self.next_seq - 1, "checkpoint");
-        Ok(())
-    }
+/// Journal file size kept across generations (the most a generation can
+/// grow to); larger files are shortened.
+fn journal_keep(shared: &Shared) -> u64 {
+    shared
+        .options
+        .journal_max_bytes
+        .saturating_mul(2)
+        .saturating_add(MAX_BATCH_BYTES)
 }
 
 fn is_no_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
-}
-
-/// Sync the whole filesystem holding `file`.
-fn syncfs(file: &std::fs::File) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: syncfs on a valid open fd.
-        if unsafe { libc::syncfs(file.as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        // SAFETY: sync takes no arguments and cannot fail.
-        unsafe { libc::sync() };
-        Ok(())
-    }
 }

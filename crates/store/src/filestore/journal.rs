@@ -1,5 +1,5 @@
-//! The write-ahead journal: one file of batch records, rewritten from the
-//! start after every checkpoint.
+//! The write-ahead journal: two files of batch records used in turn
+//! ("ping-pong"), each rewritten in place from its start.
 //!
 //! Record layout (little endian), one record per group commit, starting at a
 //! multiple of [`ALIGN`] and zero-padded to the next one:
@@ -11,24 +11,33 @@
 //!
 //! `crc` is crc32c over the header (with `crc` zeroed) and the payload. The
 //! transactions of a record have sequence numbers `first_seq..first_seq+count`.
-//! `nonce` names the journal generation: a checkpoint picks a new one and
-//! records it in the metadata snapshot, and from then on the records of older
-//! generations are dead. So a checkpoint "empties" the journal without
-//! touching it, and new records overwrite old ones in place: once the file
-//! has reached its working size, an `fdatasync` flushes data only, with no
-//! file-size change to commit. Alignment keeps a record from sharing a page
-//! with an earlier, already acknowledged record.
+//!
+//! `nonce` names the journal generation. Generations are numbered
+//! consecutively (from a random start) and alternate between the two files,
+//! [`FILES`]`[0]` and [`FILES`]`[1]`. The metadata snapshot names the
+//! generation `n` (and its file) that continues after its sequence number;
+//! the live records are those of generation `n` in that file followed by
+//! those of `n + 1` in the other one. Everything else in the files is dead,
+//! so a generation starts by overwriting its file in place, without
+//! truncating it: once a file has reached its working size, an `fdatasync`
+//! flushes data only, with no file-size change to commit. Alignment keeps a
+//! record from sharing a page with an earlier, already acknowledged record.
+//! A generation number is never used twice (the committer only moves
+//! forward), so a dead record can never pass for a live one.
 //!
 //! Fault model: a record is durable once the `fdatasync` after its write
 //! returns. A crash can leave at most one torn record (the batch being
-//! written), because the next batch is written only after the previous sync.
+//! written), because the next batch is written only after the previous sync,
+//! and the committer moves to the next generation only between batches.
 //! So on scan, an invalid record with no valid record of the generation
-//! after it ends the journal (a torn batch or dead older records); an invalid
-//! record followed by a valid one is corruption.
+//! after it ends that generation (a torn batch or dead older records); an
+//! invalid record followed by a valid one is corruption, and so is a gap in
+//! the sequence numbers, within a file or from one generation to the next.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::FaultInjection;
@@ -38,6 +47,15 @@ const MAGIC: u32 = 0x4a4e_5243; // "CRNJ"
 const HEADER: usize = 40;
 /// Records start at multiples of this.
 pub(super) const ALIGN: u64 = 4096;
+/// Number of journal files.
+pub(super) const JOURNALS: usize = 2;
+/// The journal files' names in the store directory, by slot.
+pub(super) const FILES: [&str; JOURNALS] = ["journal", "journal.1"];
+
+/// The generation after `nonce`.
+pub(super) fn next_nonce(nonce: u64) -> u64 {
+    nonce.wrapping_add(1)
+}
 
 fn padded(len: u64) -> u64 {
     len.div_ceil(ALIGN) * ALIGN
@@ -207,9 +225,11 @@ pub(super) fn scan(file: &File, nonce: u64) -> Result<Scan, StoreError> {
     })
 }
 
-/// The journal file being written, owned by the committer thread.
+/// One journal file, owned by the committer thread.
 pub(super) struct Journal {
     pub file: File,
+    /// Which of the [`FILES`] this is.
+    pub slot: usize,
     /// End of the valid records of this generation; appends go here.
     pub len: u64,
     /// The file's length (records of dead generations may lie past `len`).
@@ -250,8 +270,9 @@ impl Journal {
     }
 
     /// Start generation `nonce` at the beginning of the file. Call only once
-    /// a snapshot naming `nonce` is durable: that is what kills the old
-    /// records. A file grown far past `keep` is shortened.
+    /// the records in this file are dead: a durable snapshot names `nonce`
+    /// or the generation before it (in the other file). A file grown far
+    /// past `keep` is shortened.
     pub fn reset(&mut self, nonce: u64, keep: u64) -> io::Result<()> {
         self.len = 0;
         self.nonce = nonce;
@@ -261,6 +282,65 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// The journals of a store as found by [`open`].
+pub(super) struct Opened {
+    /// The generation the snapshot names, positioned after its last record.
+    pub active: Journal,
+    /// The other file.
+    pub spare: Journal,
+    /// The live records in sequence order: the snapshot's generation, then
+    /// the next one.
+    pub records: Vec<Found>,
+    /// How many of the two generations have records.
+    pub live: u64,
+}
+
+/// Open (creating if need be) and scan both journal files of the store in
+/// `dir`, whose snapshot names generation `nonce` in file `slot`.
+pub(super) fn open(
+    dir: &Path,
+    nonce: u64,
+    slot: usize,
+    faults: Option<Arc<FaultInjection>>,
+) -> Result<Opened, StoreError> {
+    let load = |slot: usize, nonce: u64| -> Result<(Journal, Vec<Found>), StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(FILES[slot]))?;
+        let scan = scan(&file, nonce)?;
+        tracing::debug!(
+            dir = %dir.display(),
+            file = FILES[slot],
+            records = scan.records.len(),
+            end = scan.end,
+            file_len = scan.file_len,
+            "scanned a journal"
+        );
+        let journal = Journal {
+            file,
+            slot,
+            len: scan.end,
+            file_len: scan.file_len,
+            nonce,
+            faults: faults.clone(),
+        };
+        Ok((journal, scan.records))
+    };
+    let (active, mut records) = load(slot, nonce)?;
+    let (spare, next) = load(1 - slot, next_nonce(nonce))?;
+    let live = u64::from(!records.is_empty()) + u64::from(!next.is_empty());
+    records.extend(next);
+    Ok(Opened {
+        active,
+        spare,
+        records,
+        live,
+    })
 }
 
 /// Why an append failed.
@@ -306,6 +386,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let mut j = Journal {
             file,
+            slot: 0,
             len: 0,
             file_len: 0,
             nonce: 7,

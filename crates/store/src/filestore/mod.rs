@@ -42,6 +42,7 @@
 //!   grow the store past `capacity_bytes`, or leave the filesystem with less
 //!   than a small reserve, fail with `NoSpace` before they are journaled.
 
+mod checkpoint;
 mod committer;
 mod journal;
 mod objects;
@@ -63,7 +64,6 @@ use crate::{
 };
 
 use committer::Committer;
-use journal::Journal;
 use objects::Objects;
 
 /// Reads up to this size are served on the calling thread; larger ones go
@@ -102,6 +102,9 @@ pub struct FaultInjection {
     pub journal_enospc: AtomicU32,
     /// The next journal sync fails with EIO.
     pub sync_failure: AtomicBool,
+    /// Every checkpoint stalls this long after syncing the object files,
+    /// before writing its snapshot (`u64::MAX` holds it until lowered).
+    pub checkpoint_delay_ms: AtomicU64,
 }
 
 impl FaultInjection {
@@ -125,8 +128,14 @@ pub struct FileStoreStats {
     pub transactions: u64,
     /// Checkpoints completed (including the one after recovery).
     pub checkpoints: u64,
+    /// Times commits waited for a background checkpoint: the journal file
+    /// in use filled up before the checkpoint of the other one was done.
+    pub checkpoint_stalls: u64,
     /// Transactions replayed from the journal by `open`.
     pub replayed: u64,
+    /// Journal files that held transactions to replay at `open`: 2 when a
+    /// crash interrupted a background checkpoint after new commits.
+    pub replayed_journals: u64,
 }
 
 struct Pending {
@@ -145,7 +154,9 @@ struct Counters {
     batches: AtomicU64,
     transactions: AtomicU64,
     checkpoints: AtomicU64,
+    checkpoint_stalls: AtomicU64,
     replayed: AtomicU64,
+    replayed_journals: AtomicU64,
 }
 
 /// State shared by the store handle, its reads, and the committer thread.
@@ -223,35 +234,23 @@ impl FileStore {
             )));
         }
 
-        let journal_path = dir.join("journal");
-        let (meta, seq, nonce) = match snapshot::load(dir)? {
-            Some(snap) => (snap.meta, snap.seq, snap.nonce),
+        let (meta, seq, nonce, slot) = match snapshot::load(dir)? {
+            Some(snap) => (snap.meta, snap.seq, snap.nonce, snap.slot),
             None => {
-                if std::fs::metadata(&journal_path).is_ok_and(|m| m.len() > 0) {
-                    return Err(StoreError::Corrupt(
-                        "journal present but metadata snapshot missing".into(),
-                    ));
+                for name in journal::FILES {
+                    if std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0) {
+                        return Err(StoreError::Corrupt(format!(
+                            "{name} present but metadata snapshot missing"
+                        )));
+                    }
                 }
                 let nonce = committer::new_nonce();
-                snapshot::write(dir, &snapshot::encode(&Meta::default(), 0, nonce)?)?;
-                (Meta::default(), 0, nonce)
+                snapshot::write(dir, &snapshot::encode(&Meta::default(), 0, nonce, 0)?)?;
+                (Meta::default(), 0, nonce, 0)
             }
         };
-        let journal_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&journal_path)?;
+        let journals = journal::open(dir, nonce, slot, options.faults.clone())?;
         objects::sync_dir(dir)?;
-        let scan = journal::scan(&journal_file, nonce)?;
-        tracing::debug!(
-            dir = %dir.display(),
-            records = scan.records.len(),
-            end = scan.end,
-            file_len = scan.file_len,
-            "scanned the journal"
-        );
 
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -264,15 +263,12 @@ impl FileStore {
             lock_file,
             options,
         });
-        let journal = Journal {
-            file: journal_file,
-            len: scan.end,
-            file_len: scan.file_len,
-            nonce,
-            faults: shared.options.faults.clone(),
-        };
-        let mut committer = Committer::new(journal, seq + 1);
-        committer.recover(&shared, scan.records)?;
+        let mut committer = Committer::new(journals.active, journals.spare, seq + 1);
+        committer.recover(&shared, journals.records)?;
+        if shared.counters.replayed.load(Ordering::Relaxed) > 0 {
+            let c = &shared.counters;
+            c.replayed_journals.store(journals.live, Ordering::Relaxed);
+        }
 
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new()
@@ -291,7 +287,9 @@ impl FileStore {
             batches: c.batches.load(Ordering::Relaxed),
             transactions: c.transactions.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            checkpoint_stalls: c.checkpoint_stalls.load(Ordering::Relaxed),
             replayed: c.replayed.load(Ordering::Relaxed),
+            replayed_journals: c.replayed_journals.load(Ordering::Relaxed),
         }
     }
 

@@ -301,9 +301,14 @@ impl Objects {
         }
     }
 
-    /// fdatasync the object's file if it exists.
+    /// fdatasync the object's file if it exists. Safe to call while the
+    /// committer applies transactions: the handle is looked up (and cached)
+    /// under the stripe's read lock, as a read would, so a handle of a file
+    /// being removed is never cached; the sync itself runs without the lock
+    /// (syncing a file removed meanwhile is harmless).
     pub fn sync(&self, oid: &ObjectId) -> io::Result<()> {
-        match self.file(oid, false)? {
+        let file = self.with_read_lock(oid, || self.file(oid, false))?;
+        match file {
             Some(file) => file.sync_data(),
             None => Ok(()),
         }
