@@ -137,7 +137,10 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             )
         }
         PoolCmd::Ls => (MonCommand::PoolLs, true),
-        PoolCmd::Rm { name, yes_i_really_mean_it } => {
+        PoolCmd::Rm {
+            name,
+            yes_i_really_mean_it,
+        } => {
             if !yes_i_really_mean_it {
                 anyhow::bail!(
                     "removing pool '{name}' destroys all its data; repeat with --yes-i-really-mean-it"

@@ -1,4 +1,5 @@
-//! A client's handle on the cluster: the monitor session and the objecter.
+//! A client's handle on the cluster: the objecter, over the map that the
+//! monitor session ([`crate::mon_session`]) keeps current.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -6,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_map::ClusterMap;
-use cairn_types::{Entity, OsdId, PoolId, ReqId};
-use cairn_wire::{connect, Message, MonCommand, ObjOp, OpError, OpOutput, OsdOp, Sender};
+use cairn_types::{OsdId, PoolId, ReqId};
+use cairn_wire::{MonCommand, ObjOp, OpError, OpOutput, OsdOp};
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
+use crate::mon_session::MonSession;
 use crate::osd_conn::OsdConn;
 use crate::ClientError;
 
@@ -22,91 +24,37 @@ pub struct ClientOptions {
     pub op_timeout: Option<Duration>,
 }
 
-type MonWaiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<String, String>>>>>;
+/// How long an admin command may take, including waiting for a lost
+/// monitor session to come back.
+const MON_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
     opts: ClientOptions,
     client_id: u64,
     next_tid: AtomicU64,
     map_rx: watch::Receiver<Arc<ClusterMap>>,
-    mon_sender: Mutex<Option<Sender>>,
-    mon_waiters: MonWaiters,
+    mon: Arc<MonSession>,
     osds: Mutex<HashMap<OsdId, Arc<OsdConn>>>,
     connecting: tokio::sync::Mutex<()>,
 }
 
 impl Cluster {
-    /// Connect to the monitor and wait for the first map.
+    /// Connect to the monitor and wait for the first map. The monitor
+    /// session is kept up in the background from then on.
     pub async fn connect(opts: ClientOptions) -> Result<Arc<Self>, ClientError> {
-        let unreachable = |reason: String| ClientError::MonUnreachable {
-            addr: opts.mon_addr.clone(),
-            reason,
-        };
         let client_id = rand::random::<u64>() | 1;
-        let hello = Message::Hello {
-            entity: Entity::Client(client_id),
-            fsid: None,
-        };
-        let connecting = connect(&opts.mon_addr, hello);
-        let mut conn = tokio::time::timeout(Duration::from_secs(10), connecting)
-            .await
-            .map_err(|_| unreachable("timed out".into()))?
-            .map_err(|e| unreachable(e.to_string()))?;
-        conn.sender.send(Message::Subscribe { have: 0 });
-        let first = loop {
-            match conn
-                .reader
-                .read()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?
-            {
-                Message::MapUpdate { map } => break map,
-                _ => continue,
-            }
-        };
-        let (map_tx, map_rx) = watch::channel(Arc::new(*first));
+        let (mon, conn, first) = MonSession::open(&opts.mon_addr, client_id).await?;
+        let (map_tx, map_rx) = watch::channel(Arc::new(first));
         let cluster = Arc::new(Self {
             opts,
             client_id,
             next_tid: AtomicU64::new(1),
             map_rx,
-            mon_sender: Mutex::new(Some(conn.sender.clone())),
-            mon_waiters: Arc::new(Mutex::new(HashMap::new())),
+            mon: mon.clone(),
             osds: Mutex::new(HashMap::new()),
             connecting: tokio::sync::Mutex::new(()),
         });
-        let waiters = cluster.mon_waiters.clone();
-        let weak = Arc::downgrade(&cluster);
-        tokio::spawn(async move {
-            let mut reader = conn.reader;
-            loop {
-                match reader.read().await {
-                    Ok(Message::MapUpdate { map }) => {
-                        map_tx.send_if_modified(|current| {
-                            let newer = map.epoch > current.epoch;
-                            if newer {
-                                *current = Arc::new(*map);
-                            }
-                            newer
-                        });
-                    }
-                    Ok(Message::MonReply { tid, result }) => {
-                        if let Some(w) = waiters.lock().remove(&tid) {
-                            let _ = w.send(result);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!("monitor session ended: {e}");
-                        break;
-                    }
-                }
-            }
-            waiters.lock().clear();
-            if let Some(cluster) = weak.upgrade() {
-                cluster.mon_sender.lock().take();
-            }
-        });
+        tokio::spawn(mon.run(Arc::downgrade(&cluster), conn, map_tx));
         Ok(cluster)
     }
 
@@ -137,21 +85,7 @@ impl Cluster {
     /// Run an admin command on the monitor; the reply is JSON.
     pub async fn mon_command(&self, cmd: MonCommand) -> Result<serde_json::Value, ClientError> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.mon_waiters.lock().insert(tid, tx);
-        let sent = match &*self.mon_sender.lock() {
-            Some(sender) => sender.send(Message::MonCommand { tid, cmd }),
-            None => false,
-        };
-        if !sent {
-            self.mon_waiters.lock().remove(&tid);
-            return Err(ClientError::MonLost);
-        }
-        let reply = tokio::time::timeout(Duration::from_secs(30), rx)
-            .await
-            .map_err(|_| ClientError::Timeout)?
-            .map_err(|_| ClientError::MonLost)?;
-        let text = reply.map_err(ClientError::Command)?;
+        let text = self.mon.command(tid, cmd, MON_COMMAND_TIMEOUT).await?;
         serde_json::from_str(&text).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 

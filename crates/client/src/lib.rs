@@ -13,6 +13,7 @@
 pub mod cluster;
 mod error;
 pub mod image;
+mod mon_session;
 mod osd_conn;
 pub mod striper;
 

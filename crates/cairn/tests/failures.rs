@@ -1,0 +1,1015 @@
+//! Failures on a real cluster (pool `rbd`: size 3, min_size 2): OSDs killed
+//! with SIGKILL under load, the primary killed mid-write and restarted, I/O
+//! below min_size, and malformed bytes sent to the daemons.
+//!
+//! Writers keep a model of every block: the last acknowledged write, plus
+//! writes that failed since (whose content may or may not have landed). Each
+//! 4 KiB block written carries its write's key and block number in its first
+//! 16 bytes and a pattern derived from the key after that, so a read tells
+//! exactly which write a block holds, or that it holds neither.
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cairn_client::{Cluster, Image};
+use cairn_types::Entity;
+use cairn_volume::Volume;
+use cairn_wire::{encode_frame, FrameReader, Message, MonCommand, FRAME_HEADER_LEN, MAX_FRAME_LEN};
+use common::{pattern, TestCluster};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::AsyncWriteExt;
+
+const BLOCK: u64 = 4096;
+const OBJ: u64 = 64 << 10;
+const BLOCKS_PER_OBJ: u64 = OBJ / BLOCK;
+/// Bound on writes resuming after a failure.
+const RESUME: Duration = Duration::from_secs(30);
+/// Bound on any other single wait.
+const WAIT: Duration = Duration::from_secs(60);
+
+// ----- helpers ---------------------------------------------------------------
+
+async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done after {limit:?} (hang)"))
+}
+
+/// Run blocking harness work (CLI calls, kills, restarts) off the runtime's
+/// workers, so the writers keep running meanwhile.
+async fn blocking<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    match within(
+        what,
+        Duration::from_secs(150),
+        tokio::task::spawn_blocking(f),
+    )
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+async fn kill9(cluster: &Arc<TestCluster>, name: &str) {
+    let c = cluster.clone();
+    let n = name.to_string();
+    blocking("kill -9", move || c.kill9(&n)).await;
+    eprintln!("killed {name} with SIGKILL");
+}
+
+async fn restart_missing(cluster: &Arc<TestCluster>) {
+    let c = cluster.clone();
+    let start = Instant::now();
+    blocking("restart_missing", move || c.restart_missing()).await;
+    eprintln!("restarted missing daemons in {:?}", start.elapsed());
+}
+
+async fn status(cluster: &Arc<TestCluster>) -> serde_json::Value {
+    let c = cluster.clone();
+    blocking("cairn status", move || c.status()).await
+}
+
+/// Wait until `cairn status` shows every OSD up and every PG active+clean.
+async fn wait_all_clean(cluster: &Arc<TestCluster>) {
+    let start = Instant::now();
+    loop {
+        let st = status(cluster).await;
+        let pgs = &st["pgs"];
+        let total = pgs["total"].as_u64().unwrap_or(0);
+        if total > 0
+            && pgs["clean"].as_u64() == Some(total)
+            && st["osds"]["up"].as_u64() == Some(cluster.osds as u64)
+        {
+            eprintln!("all {total} PGs active+clean after {:?}", start.elapsed());
+            return;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "PGs not all active+clean after {WAIT:?}: {st}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Wait until the client's map shows `osd` up (or down).
+async fn wait_osd_state(client: &Cluster, osd: u32, up: bool) {
+    within(&format!("osd.{osd} up={up} in the map"), WAIT, async {
+        while client.map().is_up(osd) != up {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+fn is_alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.contains(") Z ")
+}
+
+async fn create_image(
+    cluster: &Arc<TestCluster>,
+    client: &Arc<Cluster>,
+    name: &str,
+    size: u64,
+) -> Arc<Image> {
+    let c = cluster.clone();
+    let spec = format!("rbd/{name}");
+    blocking("image create", move || {
+        c.ok(&[
+            "image",
+            "create",
+            &spec,
+            "--size",
+            &size.to_string(),
+            "--object-size",
+            &OBJ.to_string(),
+        ])
+    })
+    .await;
+    within("open", WAIT, Image::open(client, "rbd", name))
+        .await
+        .expect("open image")
+}
+
+// ----- the model and the writers --------------------------------------------
+
+/// The content of block `block` as written by write key `key` (never 0).
+fn block_data(key: u64, block: u64) -> Vec<u8> {
+    let mut data = pattern(key, BLOCK as usize);
+    data[..8].copy_from_slice(&key.to_le_bytes());
+    data[8..16].copy_from_slice(&block.to_le_bytes());
+    data
+}
+
+#[derive(Clone, Debug, Default)]
+struct BlockState {
+    /// Key of the last acknowledged write; 0: never written (zeros).
+    acked: u64,
+    /// Writes that failed after it: each may or may not have landed.
+    uncertain: Vec<u64>,
+    /// The write in flight now, if any.
+    inflight: Option<u64>,
+}
+
+struct Model {
+    blocks: Mutex<Vec<BlockState>>,
+    next_key: AtomicU64,
+}
+
+impl Model {
+    fn new(blocks: u64) -> Arc<Self> {
+        Arc::new(Model {
+            blocks: Mutex::new(vec![BlockState::default(); blocks as usize]),
+            next_key: AtomicU64::new(1),
+        })
+    }
+
+    /// Blocks in `range` with a write in flight now.
+    fn inflight(&self, range: std::ops::Range<u64>) -> usize {
+        let blocks = self.blocks.lock().unwrap();
+        range
+            .filter(|&b| blocks[b as usize].inflight.is_some())
+            .count()
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    acks: AtomicU64,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Stats {
+    fn acks(&self) -> u64 {
+        self.acks.load(Ordering::SeqCst)
+    }
+
+    fn errors(&self) -> Vec<String> {
+        self.errors.lock().unwrap().clone()
+    }
+}
+
+/// Writers running in the background; each owns a disjoint block range, so
+/// the model of each block is exact.
+struct Load {
+    stop: Arc<AtomicBool>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Load {
+    fn new() -> Self {
+        Load {
+            stop: Arc::new(AtomicBool::new(false)),
+            tasks: tokio::task::JoinSet::new(),
+        }
+    }
+
+    /// `writers` writers splitting `blocks` evenly; each write covers 1 to
+    /// `max_run` consecutive blocks.
+    fn spawn(
+        &mut self,
+        image: &Arc<Image>,
+        model: &Arc<Model>,
+        stats: &Arc<Stats>,
+        blocks: std::ops::Range<u64>,
+        writers: u64,
+        max_run: u64,
+    ) {
+        let first = blocks.start;
+        let per = (blocks.end - blocks.start) / writers;
+        assert!(per > 0);
+        for w in 0..writers {
+            let (image, model, stats, stop) = (
+                image.clone(),
+                model.clone(),
+                stats.clone(),
+                self.stop.clone(),
+            );
+            let start = first + w * per;
+            let seed: u64 = rand::random();
+            self.tasks.spawn(async move {
+                let mut rng = StdRng::seed_from_u64(seed);
+                while !stop.load(Ordering::SeqCst) {
+                    let block = start + rng.gen_range(0..per);
+                    let run = rng.gen_range(1..=max_run.min(start + per - block));
+                    let key = model.next_key.fetch_add(run, Ordering::SeqCst);
+                    let mut data = Vec::with_capacity((run * BLOCK) as usize);
+                    {
+                        let mut blocks = model.blocks.lock().unwrap();
+                        for i in 0..run {
+                            data.extend_from_slice(&block_data(key + i, block + i));
+                            blocks[(block + i) as usize].inflight = Some(key + i);
+                        }
+                    }
+                    let result = image.write(block * BLOCK, Bytes::from(data)).await;
+                    {
+                        let mut blocks = model.blocks.lock().unwrap();
+                        for i in 0..run {
+                            let st = &mut blocks[(block + i) as usize];
+                            st.inflight = None;
+                            if result.is_ok() {
+                                st.acked = key + i;
+                                st.uncertain.clear();
+                            } else {
+                                st.uncertain.push(key + i);
+                            }
+                        }
+                    }
+                    match result {
+                        Ok(()) => {
+                            stats.acks.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => {
+                            {
+                                let mut errors = stats.errors.lock().unwrap();
+                                if errors.len() < 20 {
+                                    errors.push(format!("write of blocks {block}+{run}: {e}"));
+                                }
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Stop the writers and wait for their last writes to finish.
+    async fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        within("writers finishing their last writes", WAIT, async {
+            while let Some(r) = self.tasks.join_next().await {
+                r.expect("writer task panicked");
+            }
+        })
+        .await;
+    }
+}
+
+/// Wait until `stats` counts `n` acknowledged writes more than `from`.
+async fn wait_acks(stats: &Stats, from: u64, n: u64, what: &str) -> Duration {
+    let start = Instant::now();
+    loop {
+        let got = stats.acks() - from;
+        if got >= n {
+            return start.elapsed();
+        }
+        // Without an op timeout a write never fails: any error is a bug.
+        let errors = stats.errors();
+        assert!(
+            errors.is_empty(),
+            "{what}: writes failed ({got} acknowledged meanwhile): {errors:?}"
+        );
+        assert!(
+            start.elapsed() < RESUME,
+            "{what}: only {got} writes acknowledged in {RESUME:?} (need {n}); errors: {:?}",
+            stats.errors()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Read the whole image and check every block against the model; panics
+/// listing the blocks that hold anything but an allowed write.
+async fn verify(image: &Image, model: &Model, what: &str) {
+    let size = image.size();
+    let data = within(what, WAIT, image.read(0, size))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: reading the image failed: {e}"));
+    let blocks = model.blocks.lock().unwrap().clone();
+    assert_eq!(size / BLOCK, blocks.len() as u64);
+    let mut problems = Vec::new();
+    let mut written = 0;
+    for (b, st) in blocks.iter().enumerate() {
+        assert!(st.inflight.is_none(), "verify with writes in flight");
+        let got = &data[b * BLOCK as usize..(b + 1) * BLOCK as usize];
+        let found = if got.iter().all(|&x| x == 0) {
+            Some(0)
+        } else {
+            let key = u64::from_le_bytes(got[..8].try_into().unwrap());
+            (key != 0 && got == &block_data(key, b as u64)[..]).then_some(key)
+        };
+        if st.acked != 0 {
+            written += 1;
+        }
+        let ok = found.is_some_and(|k| k == st.acked || st.uncertain.contains(&k));
+        if !ok {
+            let holds = match found {
+                Some(0) => "zeros".to_string(),
+                Some(k) if k < st.acked => format!("older write #{k}"),
+                Some(k) => format!("write #{k}"),
+                None => format!("garbage (first bytes {:02x?})", &got[..16.min(got.len())]),
+            };
+            problems.push(format!(
+                "block {b} (object {}, offset {}): holds {holds}, expected acked write #{} \
+                 (or failed writes {:?})",
+                b as u64 / BLOCKS_PER_OBJ,
+                (b as u64 % BLOCKS_PER_OBJ) * BLOCK,
+                st.acked,
+                st.uncertain
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{what}: {} of {} blocks wrong ({written} written); first ones:\n{}",
+        problems.len(),
+        blocks.len(),
+        problems
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!(
+        "{what}: all {} blocks match ({written} written)",
+        blocks.len()
+    );
+}
+
+// ----- tests -----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_one_osd_under_load_loses_no_acknowledged_write() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 16 << 20; // 256 objects over 16 PGs: every OSD holds data
+    let image = create_image(&cluster, &client, "load", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
+    wait_acks(&stats, 0, 100, "before the kill").await;
+
+    let at_kill = stats.acks();
+    kill9(&cluster, "osd.1").await;
+    let took = wait_acks(&stats, at_kill, 100, "after kill -9 of osd.1").await;
+    eprintln!("100 writes acknowledged within {took:?} after the kill");
+    wait_osd_state(&client, 1, false).await;
+    // Keep writing degraded for a while, so osd.1 misses many writes.
+    let degraded = stats.acks();
+    wait_acks(&stats, degraded, 200, "degraded").await;
+    load.stop().await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    verify(&image, &model, "degraded, after kill -9 of osd.1").await;
+
+    restart_missing(&cluster).await;
+    wait_osd_state(&client, 1, true).await;
+    verify(&image, &model, "after osd.1 restarted").await;
+
+    // Writes go on with osd.1 back (it is primary of some PGs again).
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
+    let after = stats.acks();
+    wait_acks(&stats, after, 100, "after the restart").await;
+    load.stop().await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    wait_all_clean(&cluster).await;
+    verify(&image, &model, "after recovery, all clean").await;
+
+    // The recovered osd.1 serves what it missed: with osd.0 gone it is the
+    // primary of more PGs.
+    kill9(&cluster, "osd.0").await;
+    wait_osd_state(&client, 0, false).await;
+    verify(&image, &model, "served by osd.1 and osd.2 after osd.0 died").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_primary_mid_write_then_restart_keeps_acknowledged_writes() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 4 << 20; // 64 objects
+    let image = create_image(&cluster, &client, "prim", size).await;
+    let model = Model::new(size / BLOCK);
+
+    // The primary of object 0.
+    let oid = format!("rbd_data.{}.{:016x}", image.info_now().id, 0);
+    let map = client.map();
+    let pool = map.pool_by_name("rbd").expect("pool rbd");
+    let pg = map.object_pg(pool, &oid);
+    let primary = map.acting(pg).primary().expect("object 0 has a primary");
+    eprintln!(
+        "{oid} is in pg {pg}, primary osd.{primary}, acting {:?}",
+        map.acting(pg).osds
+    );
+
+    // Object 0's 16 blocks: 8 writers of one block at a time. The rest of the
+    // image: background writers spanning objects.
+    let hot = Arc::new(Stats::default());
+    let background = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &hot, 0..BLOCKS_PER_OBJ, 8, 1);
+    load.spawn(
+        &image,
+        &model,
+        &background,
+        BLOCKS_PER_OBJ..size / BLOCK,
+        4,
+        6,
+    );
+    wait_acks(&hot, 0, 100, "object 0 before the kill").await;
+
+    let at_kill = hot.acks();
+    let inflight = model.inflight(0..BLOCKS_PER_OBJ);
+    kill9(&cluster, &format!("osd.{primary}")).await;
+    eprintln!("{inflight} writes to object 0 were in flight at the kill");
+    let took = wait_acks(&hot, at_kill, 50, "object 0 after killing its primary").await;
+    eprintln!("object 0 writes resumed within {took:?}");
+    let map = client.map();
+    let new_primary = map.acting(pg).primary();
+    assert_ne!(
+        new_primary,
+        Some(primary),
+        "the map still names the dead primary"
+    );
+    eprintln!("new primary of {pg}: {new_primary:?}");
+
+    // Restart the old primary while the writes go on; it becomes primary
+    // again and must take them over.
+    let before_restart = hot.acks();
+    restart_missing(&cluster).await;
+    wait_osd_state(&client, primary, true).await;
+    within("the old primary to be primary again", WAIT, async {
+        while client.map().acting(pg).primary() != Some(primary) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let after_restart = hot.acks();
+    wait_acks(
+        &hot,
+        after_restart,
+        50,
+        "object 0 after the old primary restarted",
+    )
+    .await;
+    eprintln!(
+        "object 0: {} writes during the restart, more after",
+        after_restart - before_restart
+    );
+    load.stop().await;
+
+    verify(
+        &image,
+        &model,
+        "after kill -9 of the primary and its restart",
+    )
+    .await;
+    let errors: Vec<String> = hot
+        .errors()
+        .into_iter()
+        .chain(background.errors())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "writes failed (they must complete on the new primary): {errors:?}"
+    );
+    wait_all_clean(&cluster).await;
+    verify(&image, &model, "all clean").await;
+    // A fresh client sees the same.
+    let other = cluster.client().await;
+    let image2 = Image::open(&other, "rbd", "prim").await.expect("open");
+    verify(&image2, &model, "from a second client").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_min_size_writes_wait_and_complete_after_restart() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 1 << 20;
+    let image = create_image(&cluster, &client, "minsize", size).await;
+    let before = pattern(41, (2 * OBJ) as usize);
+    within(
+        "first write",
+        WAIT,
+        image.write(0, Bytes::from(before.clone())),
+    )
+    .await
+    .expect("write before the kills");
+
+    kill9(&cluster, "osd.1").await;
+    kill9(&cluster, "osd.2").await;
+    wait_osd_state(&client, 1, false).await;
+    wait_osd_state(&client, 2, false).await;
+
+    // One copy left of every PG: a write must wait, neither completing nor
+    // failing.
+    let data = pattern(42, (OBJ + 8192) as usize);
+    let offset = OBJ - 4096; // spans objects 0 and 1
+    let writer = {
+        let image = image.clone();
+        let data = Bytes::from(data.clone());
+        tokio::spawn(async move { image.write(offset, data).await })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !writer.is_finished(),
+        "a write below min_size finished: {:?}",
+        writer.await
+    );
+
+    restart_missing(&cluster).await;
+    let result = within("the held write after the restart", WAIT, writer)
+        .await
+        .expect("writer task");
+    result.expect("the held write must succeed once min_size is met");
+    let mut model = before.clone();
+    model.resize(size as usize, 0);
+    model[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+    let back = within("read", WAIT, image.read(0, size))
+        .await
+        .expect("read");
+    assert!(
+        back[..] == model[..],
+        "image content differs after the held write"
+    );
+    wait_all_clean(&cluster).await;
+    let back = within("read", WAIT, image.read(0, size))
+        .await
+        .expect("read");
+    assert!(back[..] == model[..], "image content differs once clean");
+}
+
+/// Frames for the malformed-message test.
+fn frame(msg: &Message) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_frame(msg, &mut out).expect("encode");
+    out
+}
+
+fn raw_frame(magic: u32, len: u32, crc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.extend_from_slice(&magic.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+const MAGIC: u32 = 0x4352_4e31;
+
+/// (what, bytes, close our side after sending, must the daemon close?)
+fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
+    let hello = frame(&Message::Hello {
+        entity: Entity::Client(0xbad),
+        fsid: None,
+    });
+    let with_hello = |rest: Vec<u8>| [hello.clone(), rest].concat();
+    let mut cases = vec![
+        (
+            "random bytes, no hello".to_string(),
+            pattern(51, 4096),
+            false,
+            true,
+        ),
+        (
+            "bad magic after hello".into(),
+            with_hello(pattern(52, 64)),
+            false,
+            true,
+        ),
+        (
+            "bad crc".into(),
+            with_hello(raw_frame(MAGIC, 100, 0x1234_5678, &pattern(53, 100))),
+            false,
+            true,
+        ),
+        (
+            "over-long frame".into(),
+            with_hello(raw_frame(MAGIC, MAX_FRAME_LEN as u32 + 1, 0, &[])),
+            false,
+            true,
+        ),
+        (
+            "length u32::MAX".into(),
+            with_hello(raw_frame(MAGIC, u32::MAX, 0, &[])),
+            false,
+            true,
+        ),
+        (
+            "truncated frame then EOF".into(),
+            with_hello(raw_frame(MAGIC, 1 << 20, 0, &pattern(54, 10))),
+            true,
+            true,
+        ),
+        (
+            "garbage as the first frame".into(),
+            raw_frame(MAGIC, 32, crc32c_of(&[0xff; 32]), &[0xff; 32]),
+            false,
+            true,
+        ),
+    ];
+    // Valid crc, every message variant tag, then bytes that decode as huge
+    // lengths and bad values. Some tags take the bytes as a valid message
+    // (a ping with nonce 0xff..ff): the daemon may then keep the connection.
+    for tag in 0u32..24 {
+        let mut payload = tag.to_le_bytes().to_vec();
+        payload.extend_from_slice(&[0xff; 60]);
+        cases.push((
+            format!("valid crc, variant {tag}, garbage body"),
+            with_hello(raw_frame(
+                MAGIC,
+                payload.len() as u32,
+                crc32c_of(&payload),
+                &payload,
+            )),
+            false,
+            false,
+        ));
+    }
+    // A real message cut short, with a crc matching the cut payload.
+    let op = frame(&Message::MonCommand {
+        tid: 1,
+        cmd: MonCommand::PoolCreate {
+            name: "never-created".into(),
+            pg_num: Some(8),
+            size: None,
+            min_size: None,
+        },
+    });
+    let payload = &op[FRAME_HEADER_LEN..op.len() - 6];
+    cases.push((
+        "truncated pool create".into(),
+        with_hello(raw_frame(
+            MAGIC,
+            payload.len() as u32,
+            crc32c_of(payload),
+            payload,
+        )),
+        false,
+        true,
+    ));
+    cases
+}
+
+/// crc32c (Castagnoli), bitwise: the frame checksum.
+fn crc32c_of(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in data {
+        crc ^= byte as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Send `bytes` on a new connection to `addr`, then a ping (unless
+/// `half_close`: then our side closes). Returns true if the daemon closed
+/// the connection, false if it answered the ping (it took the bytes as a
+/// valid message); panics if it did neither within 20 s.
+async fn send_malformed(addr: &str, what: &str, bytes: &[u8], half_close: bool) -> bool {
+    let stream = within("connect", WAIT, tokio::net::TcpStream::connect(addr))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: cannot connect to {addr}: {e}"));
+    let (r, mut w) = stream.into_split();
+    // The daemon may close before reading everything: ignore write errors.
+    let _ = w.write_all(bytes).await;
+    if half_close {
+        let _ = w.shutdown().await;
+    } else {
+        let _ = w.write_all(&frame(&Message::Ping { nonce: 0x5eed })).await;
+    }
+    let mut reader = FrameReader::new(r);
+    let outcome = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match reader.read().await {
+                Ok(Message::Pong { nonce: 0x5eed }) => return false,
+                Ok(_) => continue,
+                Err(_) => return true,
+            }
+        }
+    })
+    .await;
+    outcome.unwrap_or_else(|_| {
+        panic!("{what}: {addr} neither closed the connection nor answered within 20 s")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_drop_only_that_connection() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let image = create_image(&cluster, &client, "garbage", 1 << 20).await;
+    let first = pattern(61, (3 * OBJ) as usize);
+    within("write", WAIT, image.write(0, Bytes::from(first.clone())))
+        .await
+        .expect("write");
+
+    // Sanity: the crc used to build frames is the wire's.
+    let ping = frame(&Message::Ping { nonce: 7 });
+    assert_eq!(
+        u32::from_le_bytes(ping[8..12].try_into().unwrap()),
+        crc32c_of(&ping[FRAME_HEADER_LEN..])
+    );
+
+    let mon_addr = cairn_config::Config::load(&cluster.conf())
+        .expect("config")
+        .global
+        .mon_addr;
+    let c = cluster.clone();
+    let osds: serde_json::Value =
+        serde_json::from_str(&blocking("osd ls", move || c.ok(&["--json", "osd", "ls"])).await)
+            .expect("osd ls json");
+    let osd0 = osds[0]["addr"].as_str().expect("osd.0 addr").to_string();
+    let epoch_before = client
+        .mon_command(MonCommand::Status)
+        .await
+        .expect("status")["epoch"]
+        .clone();
+    let mon_pid = cluster.pid("mon");
+    let osd_pid = cluster.pid("osd.0");
+
+    let mut round = 0u64;
+    for (target, addr) in [("monitor", &mon_addr), ("osd.0", &osd0)] {
+        let mut kept = Vec::new();
+        for (what, bytes, half_close, must_close) in malformed_inputs() {
+            let what = format!("{what} to the {target}");
+            let closed = send_malformed(addr, &what, &bytes, half_close).await;
+            assert!(closed || !must_close, "{what}: the connection stayed open");
+            if !closed {
+                kept.push(what);
+            }
+        }
+        eprintln!("{target}: connection kept (bytes decoded as a message) for {kept:?}");
+        assert!(
+            is_alive(mon_pid),
+            "the monitor died after garbage to the {target}"
+        );
+        assert!(
+            is_alive(osd_pid),
+            "osd.0 died after garbage to the {target}"
+        );
+
+        // The client's existing sessions still work: I/O on every object,
+        // monitor commands, and a new client too.
+        round += 1;
+        let data = pattern(61 + round, (3 * OBJ) as usize);
+        within(
+            "write",
+            WAIT,
+            image.write(OBJ / 2, Bytes::from(data.clone())),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("write after garbage to the {target}: {e}"));
+        let back = within("read", WAIT, image.read(OBJ / 2, data.len() as u64))
+            .await
+            .expect("read");
+        assert!(
+            back[..] == data[..],
+            "data differs after garbage to the {target}"
+        );
+        let st = within("status", WAIT, client.mon_command(MonCommand::Status))
+            .await
+            .unwrap_or_else(|e| panic!("mon command after garbage to the {target}: {e}"));
+        assert_eq!(st["osds"]["up"].as_u64(), Some(3), "{st}");
+        assert_eq!(
+            st["epoch"], epoch_before,
+            "the map changed (an OSD session dropped?) after garbage to the {target}: {st}"
+        );
+        let other = cluster.client().await;
+        let image2 = Image::open(&other, "rbd", "garbage").await.expect("open");
+        let back = within("read", WAIT, image2.read(OBJ / 2, data.len() as u64))
+            .await
+            .expect("read from a new client");
+        assert!(back[..] == data[..]);
+    }
+    // The truncated pool create did nothing.
+    let c = cluster.clone();
+    let pools = blocking("pool ls", move || c.ok(&["--json", "pool", "ls"])).await;
+    assert!(!pools.contains("never-created"), "{pools}");
+    let c = cluster.clone();
+    blocking("cairn status", move || c.ok(&["status"])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn map_churn_under_load_loses_no_acknowledged_write() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 8 << 20;
+    let image = create_image(&cluster, &client, "churn", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 12, 3);
+    wait_acks(&stats, 0, 100, "before the churn").await;
+
+    // Live OSDs marked down (each boots again at once) and out/in: every
+    // change moves primaries while the old ones are alive and may still
+    // hold the old map.
+    let start = Instant::now();
+    let mut cycles = 0;
+    while start.elapsed() < Duration::from_secs(20) {
+        let osd = (cycles % 3).to_string();
+        let args: Vec<String> = match cycles % 4 {
+            3 => vec!["osd".into(), "out".into(), osd.clone()],
+            _ => vec!["osd".into(), "down".into(), osd.clone()],
+        };
+        let c = cluster.clone();
+        blocking("osd down/out", move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            c.ok(&a)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if cycles % 4 == 3 {
+            let c = cluster.clone();
+            blocking("osd in", move || c.ok(&["osd", "in", &osd])).await;
+        }
+        let from = stats.acks();
+        wait_acks(&stats, from, 20, &format!("churn cycle {cycles}")).await;
+        cycles += 1;
+    }
+    load.stop().await;
+    eprintln!(
+        "{cycles} churn cycles, {} writes acknowledged",
+        stats.acks()
+    );
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    verify(&image, &model, "after map churn").await;
+    wait_all_clean(&cluster).await;
+    verify(&image, &model, "after map churn, all clean").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_every_osd_then_restart_keeps_acknowledged_writes() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 8 << 20;
+    let image = create_image(&cluster, &client, "allkill", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
+    wait_acks(&stats, 0, 300, "before the kills").await;
+
+    // Every OSD dies at once: the writes in flight wait (no copy is up) and
+    // every acknowledged write must survive in the OSDs' stores.
+    let inflight = model.inflight(0..size / BLOCK);
+    for osd in ["osd.0", "osd.1", "osd.2"] {
+        kill9(&cluster, osd).await;
+    }
+    eprintln!("{inflight} blocks had a write in flight at the kills");
+    let at_kill = stats.acks();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = stats.acks() - at_kill;
+    assert!(
+        during <= 8,
+        "{during} writes acknowledged with every OSD dead (at most the 8 in flight may finish)"
+    );
+    restart_missing(&cluster).await;
+    let from = stats.acks();
+    wait_acks(&stats, from, 100, "after restarting every OSD").await;
+    load.stop().await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    verify(&image, &model, "after kill -9 of every OSD and restart").await;
+    wait_all_clean(&cluster).await;
+    verify(&image, &model, "all clean").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_restart_does_not_strand_clients() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 4 << 20;
+    let image = create_image(&cluster, &client, "monrestart", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 6, 2);
+    wait_acks(&stats, 0, 100, "before the monitor restart").await;
+
+    kill9(&cluster, "mon").await;
+    restart_missing(&cluster).await;
+    let from = stats.acks();
+    wait_acks(&stats, from, 100, "after the monitor restart").await;
+    // The client must follow maps made by the new monitor: an OSD failure
+    // after the restart must not strand its writes.
+    let epoch = status(&cluster).await["epoch"].as_u64().expect("epoch") as u32;
+    within(
+        "the client to see the restarted monitor's maps",
+        RESUME,
+        client.wait_for_epoch(epoch),
+    )
+    .await
+    .expect("client map");
+    kill9(&cluster, "osd.2").await;
+    let from = stats.acks();
+    wait_acks(
+        &stats,
+        from,
+        100,
+        "after kill -9 of osd.2 following the monitor restart",
+    )
+    .await;
+    load.stop().await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    verify(&image, &model, "after the monitor restart and an OSD kill").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_goes_on_while_the_monitor_is_down() {
+    let cluster = Arc::new(TestCluster::up(3));
+    let client = cluster.client().await;
+    let size: u64 = 4 << 20;
+    let image = create_image(&cluster, &client, "nomon", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 6, 2);
+    wait_acks(&stats, 0, 100, "before the monitor dies").await;
+
+    // No OSD changes: the map the client has stays right, and writes must
+    // neither fail nor stop (the client has no op timeout: it waits as a
+    // disk does).
+    kill9(&cluster, "mon").await;
+    let from = stats.acks();
+    wait_acks(&stats, from, 200, "with the monitor down").await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed while the monitor was down: {:?}",
+        stats.errors()
+    );
+    restart_missing(&cluster).await;
+    let from = stats.acks();
+    wait_acks(&stats, from, 100, "after the monitor restarted").await;
+    load.stop().await;
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
+    verify(&image, &model, "after the monitor outage").await;
+}
