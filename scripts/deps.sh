@@ -5,6 +5,7 @@ need=()
 command -v fio >/dev/null 2>&1 || need+=(fio)
 command -v qemu-io >/dev/null 2>&1 || need+=(qemu-utils)
 command -v nbdcopy >/dev/null 2>&1 || need+=(libnbd-bin)
+[ -e /usr/lib/python3/dist-packages/nbd.py ] || need+=(python3-libnbd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

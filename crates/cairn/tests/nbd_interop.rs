@@ -1,9 +1,9 @@
-//! Interoperability of `cairn nbd` with real NBD clients (libnbd's `nbdinfo` and
-//! `nbdcopy`, QEMU's `qemu-io` and `qemu-img`, fio's `nbd` engine) and with a hand-rolled
+//! Interoperability of `cairn nbd` with real NBD clients (libnbd's `nbdinfo`, `nbdcopy`
+//! and `nbdsh`, QEMU's `qemu-io` and `qemu-img`, fio's `nbd` engine) and with a hand-rolled
 //! client that breaks the protocol, all against a real cluster of `cairn` processes.
 //!
 //! The client tools are required: a missing one fails the test with the Debian package to
-//! install (`libnbd-bin`, `qemu-utils`, `fio`).
+//! install (`libnbd-bin`, `python3-libnbd`, `qemu-utils`, `fio`).
 
 mod common;
 
@@ -223,12 +223,25 @@ const FIO: Tool = Tool {
     program: "fio",
     package: "fio",
 };
+const NBDSH: Tool = Tool {
+    program: "nbdsh",
+    package: "python3-libnbd",
+};
+
+/// `PATH` for client tools: the system's directories first, because `nbdsh`
+/// runs `python3 -m nbd`, which only the system's python3 (the one
+/// `python3-libnbd` installs into) can import.
+fn tool_path() -> String {
+    let inherited = std::env::var("PATH").unwrap_or_default();
+    format!("/usr/bin:/bin:{inherited}")
+}
 
 impl Tool {
     /// Runs the tool to completion (bounded by [`TOOL_TIMEOUT`]) and returns its output,
     /// whatever its exit status.
     fn run<S: AsRef<std::ffi::OsStr>>(self, args: &[S]) -> Output {
         let mut child = Command::new(self.program)
+            .env("PATH", tool_path())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -678,7 +691,59 @@ fn fio_verified_random_writes_persist_across_connections() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. Misbehaving clients, with a hand-rolled NBD client.
+// 5. nbdsh (libnbd's Python shell)
+// ---------------------------------------------------------------------------------------
+
+/// A script for nbdsh (`h` is the connected handle): FUA writes across the
+/// object boundary at 4 MiB, pipelined reads completing out of order,
+/// TRIM and WRITE_ZEROES to zeros, FLUSH, and a clean disconnect.
+const NBDSH_SCRIPT: &str = r#"
+boundary = 4 * 1024 * 1024
+assert h.get_size() == 256 * 1024 * 1024
+assert h.can_flush() and h.can_fua() and h.can_trim() and h.can_zero()
+assert h.can_multi_conn() and not h.is_read_only()
+blocks = [bytes([i + 1]) * 4096 for i in range(32)]
+start = boundary - 16 * 4096
+for i, b in enumerate(blocks):
+    h.pwrite(b, start + i * 4096, nbd.CMD_FLAG_FUA if i % 2 else 0)
+bufs = [nbd.Buffer(4096) for _ in blocks]
+cookies = [h.aio_pread(buf, start + i * 4096) for i, buf in enumerate(bufs)]
+assert h.aio_in_flight() > 0
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for c in cookies:
+    assert h.aio_command_completed(c)
+for i, buf in enumerate(bufs):
+    assert buf.to_bytearray() == blocks[i], "block %d" % i
+h.trim(2 * 4096, boundary - 4096)
+h.zero(4096, boundary + 4096, nbd.CMD_FLAG_FUA)
+h.flush()
+assert h.pread(3 * 4096, boundary - 4096) == bytes(3 * 4096)
+assert h.pread(4096, boundary - 8192) == blocks[14]
+assert h.pread(4096, boundary + 8192) == blocks[18]
+h.shutdown()
+print("nbdsh script ok")
+"#;
+
+#[test]
+fn nbdsh_script_drives_every_command() {
+    let cluster = cluster_with_image("sh");
+    let gateway = Gateway::start(&cluster, "sh", unix_socket(&cluster, "nbd.sock"), &[]);
+    let text = NBDSH.ok(&["-u", gateway.uri.as_str(), "-c", NBDSH_SCRIPT]);
+    assert!(text.contains("nbdsh script ok"), "{text}");
+    // What nbdsh wrote is what qemu-io reads, from another process.
+    qemu_io(
+        &gateway.uri,
+        &[
+            "read -P 0x0f 4186112 4096",
+            "read -P 0 4190208 12288",
+            "read -P 0x13 4202496 4096",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Misbehaving clients, with a hand-rolled NBD client.
 // ---------------------------------------------------------------------------------------
 
 const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
