@@ -1,0 +1,188 @@
+//! Ordered key-value stores for object-store metadata.
+//!
+//! The BlueStore-class store keeps everything but object data here: onodes,
+//! omap entries, PG logs, the allocator's free list and deferred writes.
+//! This crate owns the [`Kv`] trait that store talks to, the [`Batch`] of
+//! mutations a commit applies atomically, and two implementations:
+//!
+//! - [`MemKv`]: a sorted map in memory, for tests; it can also produce the
+//!   state a power loss would leave ([`MemKv::crash_image`]).
+//! - [`RocksKv`]: RocksDB, with a RocksDB options string applied verbatim.
+//!
+//! The trait knows nothing about objects: keys and values are bytes, keys
+//! sort bytewise. Implementations must never return a value from a batch
+//! that was not applied whole.
+
+mod mem;
+mod rocks;
+mod rocks_options;
+
+pub use mem::MemKv;
+pub use rocks::{RocksKv, RocksKvOptions};
+pub use rocks_options::{parse_options_string, RocksOptionsString};
+
+/// Errors of a key-value store.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KvError {
+    /// The database cannot be opened: missing, unreadable or corrupt.
+    #[error("cannot open the key-value store at {path}: {reason}")]
+    Open { path: String, reason: String },
+    /// A bad RocksDB options string; the message names the option.
+    #[error("bad RocksDB option: {0}")]
+    Options(String),
+    /// An operation failed in the backend (I/O error, full disk, ...).
+    #[error("key-value store error: {0}")]
+    Backend(String),
+}
+
+pub type Result<T, E = KvError> = std::result::Result<T, E>;
+
+/// One mutation of a [`Batch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    /// Delete every key in `[start, end)`.
+    DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+/// Mutations applied atomically and in order by [`Kv::write`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+    bytes: usize,
+}
+
+impl Batch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        let (key, value) = (key.into(), value.into());
+        self.bytes += key.len() + value.len();
+        self.ops.push(Op::Put(key, value));
+    }
+
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        let key = key.into();
+        self.bytes += key.len();
+        self.ops.push(Op::Delete(key));
+    }
+
+    pub fn delete_range(&mut self, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        let (start, end) = (start.into(), end.into());
+        self.bytes += start.len() + end.len();
+        self.ops.push(Op::DeleteRange(start, end));
+    }
+
+    /// Append every op of `other` after this batch's.
+    pub fn append(&mut self, other: Batch) {
+        self.bytes += other.bytes;
+        self.ops.extend(other.ops);
+    }
+
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Bytes of keys and values in the batch.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// An ordered key-value store.
+pub trait Kv: Send + Sync + 'static {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Up to `limit` entries with `start <= key < end`, in key order.
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+
+    /// Apply `batch` atomically. With `sync`, it is durable on return, and
+    /// so is every batch written before it.
+    fn write(&self, batch: Batch, sync: bool) -> Result<()>;
+
+    /// Memory the store uses for caching, in bytes (0 if it has no cache).
+    fn cache_usage(&self) -> u64 {
+        0
+    }
+
+    /// Backend-specific statistics as `(name, value)` pairs.
+    fn stats(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// Every entry with `start <= key < end`, read in chunks of `chunk`.
+pub fn scan_all(kv: &dyn Kv, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    const CHUNK: usize = 4096;
+    let mut out = Vec::new();
+    let mut from = start.to_vec();
+    loop {
+        let part = kv.scan(&from, end, CHUNK)?;
+        let done = part.len() < CHUNK;
+        if let Some((last, _)) = part.last() {
+            from = successor(last);
+        }
+        out.extend(part);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+/// The smallest key greater than `key`.
+pub fn successor(key: &[u8]) -> Vec<u8> {
+    let mut next = Vec::with_capacity(key.len() + 1);
+    next.extend_from_slice(key);
+    next.push(0);
+    next
+}
+
+/// The smallest key greater than every key starting with `prefix`, or
+/// `None` if there is none (the prefix is all `0xff`).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_and_successor() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+        assert_eq!(successor(b"a"), b"a\0".to_vec());
+    }
+
+    #[test]
+    fn batch_counts_bytes() {
+        let mut b = Batch::new();
+        b.put(b"k".to_vec(), b"vv".to_vec());
+        b.delete(b"x".to_vec());
+        b.delete_range(b"a".to_vec(), b"b".to_vec());
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.bytes(), 6);
+        let mut c = Batch::new();
+        c.append(b);
+        assert_eq!(c.bytes(), 6);
+    }
+}

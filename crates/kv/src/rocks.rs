@@ -1,0 +1,169 @@
+//! [`Kv`] on RocksDB.
+//!
+//! The database lives in one directory (`--db-path`); its write-ahead log
+//! may live in another (`--wal-path`), on a faster device, as the tuned
+//! clusters in the source documents had it. The block cache is sized by the
+//! caller (the store's `cache_size` × `cache_kv_ratio`).
+//!
+//! Fault model: a `sync` write is durable once it returns (RocksDB syncs its
+//! WAL); a crash loses at most unsynced batches, never part of a batch.
+//! Errors from RocksDB (I/O errors, a full disk) are returned, never hidden.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{Cache, Env, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+
+use crate::rocks_options::{parse_options_string, persist};
+use crate::{Batch, Kv, KvError, Op, Result};
+
+/// How to open a [`RocksKv`].
+#[derive(Clone, Debug)]
+pub struct RocksKvOptions {
+    /// Directory of the write-ahead log, if not the database directory.
+    pub wal_dir: Option<PathBuf>,
+    /// Block cache capacity in bytes.
+    pub block_cache_bytes: u64,
+    /// A RocksDB options string (see [`parse_options_string`]).
+    pub options: String,
+    /// Create the database if it does not exist (mkfs); otherwise opening a
+    /// missing database is an error.
+    pub create: bool,
+}
+
+impl Default for RocksKvOptions {
+    fn default() -> Self {
+        Self {
+            wal_dir: None,
+            block_cache_bytes: 64 << 20,
+            options: String::new(),
+            create: false,
+        }
+    }
+}
+
+/// RocksDB behind the [`Kv`] trait.
+pub struct RocksKv {
+    db: DB,
+    cache: Cache,
+    path: PathBuf,
+}
+
+impl RocksKv {
+    /// Open (or with `options.create`, create) the database in `path`.
+    pub fn open(path: &Path, options: &RocksKvOptions) -> Result<Self> {
+        let open_err = |reason: String| KvError::Open {
+            path: path.display().to_string(),
+            reason,
+        };
+        if !options.create && !path.join("CURRENT").exists() {
+            return Err(open_err("no RocksDB database there".into()));
+        }
+        if let Some(wal) = &options.wal_dir {
+            std::fs::create_dir_all(wal).map_err(|e| {
+                open_err(format!(
+                    "cannot create WAL directory {}: {e}",
+                    wal.display()
+                ))
+            })?;
+        }
+        let parsed = parse_options_string(&options.options)?;
+        persist(
+            path,
+            options.wal_dir.as_deref(),
+            &parsed.rocksdb,
+            options.create,
+        )?;
+
+        let mut env = Env::new().map_err(|e| open_err(e.to_string()))?;
+        if let Some(n) = parsed.compaction_threads {
+            env.set_background_threads(n);
+        }
+        if let Some(n) = parsed.flusher_threads {
+            env.set_high_priority_background_threads(n);
+        }
+        let capacity = usize::try_from(options.block_cache_bytes).unwrap_or(usize::MAX);
+        let cache = Cache::new_lru_cache(capacity).map_err(|e| open_err(e.to_string()))?;
+        let (mut db_options, _families) =
+            Options::load_latest(path, env.clone(), false, cache.clone())
+                .map_err(|e| open_err(format!("cannot load its options: {e}")))?;
+        db_options.set_env(&env);
+        db_options.create_if_missing(false);
+        let db = DB::open(&db_options, path).map_err(|e| open_err(e.to_string()))?;
+        tracing::debug!(path = %path.display(), options = %parsed.rocksdb, "opened RocksDB");
+        Ok(Self {
+            db,
+            cache,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A RocksDB property such as `rocksdb.estimate-num-keys`.
+    pub fn property(&self, name: &str) -> Option<String> {
+        self.db.property_value(name).ok().flatten()
+    }
+}
+
+fn backend(e: rocksdb::Error) -> KvError {
+    KvError::Backend(e.into_string())
+}
+
+impl Kv for RocksKv {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get(key).map_err(backend)
+    }
+
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if start >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(end.to_vec());
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek(start);
+        let mut out = Vec::new();
+        while it.valid() && out.len() < limit {
+            if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+            it.next();
+        }
+        it.status().map_err(backend)?;
+        Ok(out)
+    }
+
+    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        for op in batch.ops() {
+            match op {
+                Op::Put(k, v) => wb.put(k, v),
+                Op::Delete(k) => wb.delete(k),
+                Op::DeleteRange(start, end) => wb.delete_range(start, end),
+            }
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        self.db.write_opt(wb, &opts).map_err(backend)
+    }
+
+    fn cache_usage(&self) -> u64 {
+        self.cache.get_usage() as u64
+    }
+
+    fn stats(&self) -> Vec<(String, String)> {
+        [
+            "rocksdb.estimate-num-keys",
+            "rocksdb.cur-size-all-mem-tables",
+            "rocksdb.block-cache-usage",
+            "rocksdb.num-running-compactions",
+            "rocksdb.total-sst-files-size",
+        ]
+        .iter()
+        .filter_map(|name| self.property(name).map(|v| (name.to_string(), v)))
+        .collect()
+    }
+}

@@ -1,0 +1,243 @@
+//! The behaviour every [`Kv`] must show, run against `MemKv` and `RocksKv`,
+//! plus RocksDB's options handling and `MemKv`'s crash image.
+
+use std::path::Path;
+
+use cairn_kv::{scan_all, Batch, Kv, KvError, MemKv, RocksKv, RocksKvOptions};
+use rand::{Rng, SeedableRng};
+
+fn rocks(dir: &Path, options: &str) -> RocksKv {
+    let opts = RocksKvOptions {
+        options: options.to_string(),
+        create: true,
+        ..Default::default()
+    };
+    RocksKv::open(dir, &opts).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn put(kv: &dyn Kv, k: &[u8], v: &[u8]) {
+    let mut b = Batch::new();
+    b.put(k.to_vec(), v.to_vec());
+    kv.write(b, false).unwrap();
+}
+
+fn basic_ops(kv: &dyn Kv) {
+    assert_eq!(kv.get(b"a").unwrap(), None);
+    put(kv, b"a", b"1");
+    put(kv, b"b", b"2");
+    put(kv, b"c", b"3");
+    assert_eq!(kv.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    let mut b = Batch::new();
+    b.delete(b"b".to_vec());
+    b.put(b"d".to_vec(), b"4".to_vec());
+    kv.write(b, true).unwrap();
+    let all = kv.scan(b"", b"\xff", 100).unwrap();
+    let keys: Vec<&[u8]> = all.iter().map(|(k, _)| &k[..]).collect();
+    assert_eq!(keys, [&b"a"[..], b"c", b"d"]);
+    // Bounds: start inclusive, end exclusive; limit.
+    let some = kv.scan(b"b", b"d", 100).unwrap();
+    assert_eq!(some, vec![(b"c".to_vec(), b"3".to_vec())]);
+    assert_eq!(kv.scan(b"a", b"z", 2).unwrap().len(), 2);
+    assert!(kv.scan(b"z", b"a", 10).unwrap().is_empty());
+}
+
+fn ops_apply_in_batch_order(kv: &dyn Kv) {
+    let mut b = Batch::new();
+    b.put(b"k".to_vec(), b"first".to_vec());
+    b.delete(b"k".to_vec());
+    b.put(b"k".to_vec(), b"last".to_vec());
+    b.put(b"r1".to_vec(), b"x".to_vec());
+    b.put(b"r2".to_vec(), b"x".to_vec());
+    b.delete_range(b"r".to_vec(), b"r2".to_vec());
+    kv.write(b, true).unwrap();
+    assert_eq!(kv.get(b"k").unwrap().as_deref(), Some(&b"last"[..]));
+    assert_eq!(kv.get(b"r1").unwrap(), None);
+    assert_eq!(kv.get(b"r2").unwrap().as_deref(), Some(&b"x"[..]));
+}
+
+/// Random batches against a model, then a full scan in chunks.
+fn random_against_model(kv: &dyn Kv) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut model = std::collections::BTreeMap::new();
+    for _ in 0..300 {
+        let mut b = Batch::new();
+        for _ in 0..rng.gen_range(1..20) {
+            let k = format!("key{:05}", rng.gen_range(0..2000)).into_bytes();
+            match rng.gen_range(0..10) {
+                0 => {
+                    let other = format!("key{:05}", rng.gen_range(0..2000)).into_bytes();
+                    let (k, end) = if other < k { (other, k) } else { (k, other) };
+                    let doomed: Vec<_> = model
+                        .range(k.clone()..end.clone())
+                        .map(|(k, _): (&Vec<u8>, _)| k.clone())
+                        .collect();
+                    for d in doomed {
+                        model.remove(&d);
+                    }
+                    b.delete_range(k, end);
+                }
+                1..=2 => {
+                    model.remove(&k);
+                    b.delete(k);
+                }
+                _ => {
+                    let v = vec![rng.gen::<u8>(); rng.gen_range(0..300)];
+                    model.insert(k.clone(), v.clone());
+                    b.put(k, v);
+                }
+            }
+        }
+        kv.write(b, rng.gen()).unwrap();
+    }
+    let all = scan_all(kv, b"key", b"kez").unwrap();
+    let expect: Vec<_> = model.into_iter().collect();
+    assert_eq!(all.len(), expect.len());
+    assert!(all == expect, "scan differs from the model");
+}
+
+macro_rules! suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn basic() {
+                let (_guard, kv) = $make;
+                basic_ops(&kv);
+            }
+            #[test]
+            fn batch_order() {
+                let (_guard, kv) = $make;
+                ops_apply_in_batch_order(&kv);
+            }
+            #[test]
+            fn model() {
+                let (_guard, kv) = $make;
+                random_against_model(&kv);
+            }
+        }
+    };
+}
+
+suite!(mem, ((), MemKv::new()));
+suite!(rocksdb, {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = rocks(dir.path(), "");
+    (dir, kv)
+});
+
+#[test]
+fn mem_crash_image_keeps_only_synced_batches() {
+    let kv = MemKv::new();
+    put(&kv, b"a", b"unsynced-then-synced");
+    let mut b = Batch::new();
+    b.put(b"b".to_vec(), b"synced".to_vec());
+    kv.write(b, true).unwrap();
+    put(&kv, b"c", b"lost");
+    let crashed = kv.crash_image();
+    assert!(
+        crashed.get(b"a").unwrap().is_some(),
+        "a sync makes earlier batches durable"
+    );
+    assert!(crashed.get(b"b").unwrap().is_some());
+    assert_eq!(crashed.get(b"c").unwrap(), None);
+    assert!(
+        kv.get(b"c").unwrap().is_some(),
+        "the live store still has it"
+    );
+}
+
+/// The exact `bluestore_rocksdb_options` line of the source documents.
+const CEPH_LINE: &str = "compression=kNoCompression,max_write_buffer_number=32,\
+    min_write_buffer_number_to_merge=2,recycle_log_file_num=32,\
+    compaction_style=kCompactionStyleLevel,write_buffer_size=67108864,\
+    target_file_size_base=67108864,max_background_compactions=31,\
+    level0_file_num_compaction_trigger=8,level0_slowdown_writes_trigger=32,\
+    level0_stop_writes_trigger=64,max_bytes_for_level_base=536870912,\
+    compaction_threads=32,max_bytes_for_level_multiplier=8,flusher_threads=8,\
+    compaction_readahead_size=2MB";
+
+#[test]
+fn rocksdb_accepts_the_ceph_options_line_and_applies_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = rocks(dir.path(), CEPH_LINE);
+    basic_ops(&kv);
+    drop(kv);
+    // RocksDB's own OPTIONS file records the values. (Not
+    // recycle_log_file_num: RocksDB turns log recycling off under its
+    // default point-in-time WAL recovery, which Cairn keeps.)
+    let options = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .last()
+        .expect("an OPTIONS file");
+    for line in [
+        "max_write_buffer_number=32",
+        "min_write_buffer_number_to_merge=2",
+        "max_bytes_for_level_base=536870912",
+        "write_buffer_size=67108864",
+        "level0_stop_writes_trigger=64",
+        "compaction_readahead_size=2097152",
+        "compression=kNoCompression",
+    ] {
+        assert!(options.contains(line), "OPTIONS lacks {line}:\n{options}");
+    }
+}
+
+#[test]
+fn rocksdb_rejects_an_unknown_option_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = RocksKvOptions {
+        options: "write_buffer_size=1048576,no_such_option=3".into(),
+        create: true,
+        ..Default::default()
+    };
+    let err = RocksKv::open(dir.path(), &opts).err().expect("must fail");
+    assert!(matches!(err, KvError::Options(_)), "{err}");
+    assert!(err.to_string().contains("no_such_option"), "{err}");
+    let opts = RocksKvOptions {
+        options: "write_buffer_size=lots".into(),
+        create: true,
+        ..Default::default()
+    };
+    let err = RocksKv::open(dir.path(), &opts).err().expect("must fail");
+    assert!(err.to_string().contains("write_buffer_size"), "{err}");
+}
+
+#[test]
+fn rocksdb_missing_database_is_an_open_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = RocksKv::open(&dir.path().join("nope"), &RocksKvOptions::default())
+        .err()
+        .expect("must fail");
+    assert!(matches!(err, KvError::Open { .. }), "{err}");
+}
+
+#[test]
+fn rocksdb_reopens_with_a_separate_wal_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let wal = dir.path().join("wal");
+    let opts = RocksKvOptions {
+        wal_dir: Some(wal.clone()),
+        create: true,
+        ..Default::default()
+    };
+    let kv = RocksKv::open(&db, &opts).unwrap();
+    let mut b = Batch::new();
+    b.put(b"kept".to_vec(), b"yes".to_vec());
+    kv.write(b, true).unwrap();
+    drop(kv);
+    let has_log = std::fs::read_dir(&wal)
+        .unwrap()
+        .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log")));
+    assert!(has_log, "the WAL is in {}", wal.display());
+    let reopen = RocksKvOptions {
+        create: false,
+        ..opts
+    };
+    let kv = RocksKv::open(&db, &reopen).unwrap();
+    assert_eq!(kv.get(b"kept").unwrap().as_deref(), Some(&b"yes"[..]));
+    assert!(!kv.stats().is_empty());
+}
