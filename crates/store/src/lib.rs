@@ -95,6 +95,16 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// Stored data failed its checksum: never returned as data. The object
+    /// can be repaired from a replica.
+    #[error(
+        "checksum mismatch in object {oid} at offset {offset} (device offset {device_offset:#x})"
+    )]
+    Checksum {
+        oid: ObjectId,
+        offset: u64,
+        device_offset: u64,
+    },
     /// A durable sync failed earlier; the store accepts no more writes.
     #[error("store failed and is read-only: {0}")]
     Failed(String),

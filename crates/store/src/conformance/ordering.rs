@@ -121,7 +121,8 @@ pub async fn statfs_counts_objects(h: &mut dyn Harness) {
     .await;
     let after = ok(s.statfs(), "statfs");
     assert_eq!(after.objects, 6);
-    assert!(after.used_bytes >= before.used_bytes + 50_000);
+    // Grows (a compressing backend may use less than the 50,000 bytes written).
+    assert!(after.used_bytes > before.used_bytes);
     assert!(after.total_bytes >= after.used_bytes);
     commit(&*s, tx(|t| t.remove(&oid(C1, "o0")).remove_collection(C2))).await;
     let last = ok(s.statfs(), "statfs");

@@ -1,0 +1,335 @@
+//! The onode cache and the data buffer cache.
+//!
+//! **Onodes** are cached by object id, least recently used first out. An
+//! entry changed by a transaction that has not committed yet is *dirty*
+//! (it is newer than the key-value store) and is never evicted; an object
+//! removed by such a transaction is cached as a tombstone until then.
+//!
+//! **Data** is cached by physical block (4 KiB of device space). A block
+//! whose newest content is not on the device yet — written by a transaction
+//! in flight, or by a deferred write not yet applied — is *pinned*: it is
+//! served from memory and never evicted until the write that carries it
+//! completes. Other blocks are clean copies of the device, kept LRU within
+//! the data cache's size. Sharded by block number so readers and writers
+//! rarely meet on one lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_store::ObjectId;
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use crate::onode::{Onode, BLOCK};
+
+const SHARDS: usize = 16;
+
+struct Pinned {
+    data: Bytes,
+    /// Which write pinned it; only that write's completion unpins it.
+    pin: u64,
+}
+
+struct BufferShard {
+    pinned: HashMap<u64, Pinned>,
+    clean: LruCache<u64, Bytes>,
+    capacity: usize,
+}
+
+/// Physical blocks in memory. See the module docs.
+pub(crate) struct BufferCache {
+    shards: Vec<Mutex<BufferShard>>,
+    next_pin: AtomicU64,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+impl BufferCache {
+    pub fn new(bytes: u64) -> Self {
+        let per = Self::blocks_per_shard(bytes);
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(BufferShard {
+                    pinned: HashMap::new(),
+                    clean: LruCache::unbounded(),
+                    capacity: per,
+                })
+            })
+            .collect();
+        Self {
+            shards,
+            next_pin: AtomicU64::new(1),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn blocks_per_shard(bytes: u64) -> usize {
+        (bytes / BLOCK) as usize / SHARDS
+    }
+
+    fn shard(&self, block: u64) -> &Mutex<BufferShard> {
+        &self.shards[(block as usize) % SHARDS]
+    }
+
+    /// Resize the clean part (autotuning).
+    pub fn set_capacity(&self, bytes: u64) {
+        let per = Self::blocks_per_shard(bytes);
+        for s in &self.shards {
+            let mut s = s.lock();
+            s.capacity = per;
+            while s.clean.len() > per {
+                s.clean.pop_lru();
+            }
+        }
+    }
+
+    /// The block at device offset `phys`, if cached.
+    pub fn get(&self, phys: u64) -> Option<Bytes> {
+        let block = phys / BLOCK;
+        let mut s = self.shard(block).lock();
+        let found = match s.pinned.get(&block) {
+            Some(p) => Some(p.data.clone()),
+            None => s.clean.get(&block).cloned(),
+        };
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// A new pin id for [`pin`](Self::pin).
+    pub fn new_pin(&self) -> u64 {
+        self.next_pin.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Hold `data` as the newest content of the block at `phys` until
+    /// [`unpin`](Self::unpin) with the same `pin`.
+    pub fn pin(&self, phys: u64, data: Bytes, pin: u64) {
+        debug_assert_eq!(data.len() as u64, BLOCK);
+        let block = phys / BLOCK;
+        let mut s = self.shard(block).lock();
+        s.clean.pop(&block);
+        s.pinned.insert(block, Pinned { data, pin });
+    }
+
+    /// The write `pin` reached the device: the block becomes a clean copy,
+    /// unless a later write pinned it again.
+    pub fn unpin(&self, phys: u64, pin: u64) {
+        let block = phys / BLOCK;
+        let mut s = self.shard(block).lock();
+        if s.pinned.get(&block).is_some_and(|p| p.pin == pin) {
+            if let Some(p) = s.pinned.remove(&block) {
+                Self::put_clean(&mut s, block, p.data);
+            }
+        }
+    }
+
+    /// A clean copy read from the device.
+    pub fn insert_clean(&self, phys: u64, data: Bytes) {
+        let block = phys / BLOCK;
+        let mut s = self.shard(block).lock();
+        if !s.pinned.contains_key(&block) {
+            Self::put_clean(&mut s, block, data);
+        }
+    }
+
+    fn put_clean(s: &mut BufferShard, block: u64, data: Bytes) {
+        if s.capacity == 0 {
+            return;
+        }
+        s.clean.put(block, data);
+        while s.clean.len() > s.capacity {
+            s.clean.pop_lru();
+        }
+    }
+
+    /// Forget clean copies of `[phys, phys + len)` (space released).
+    pub fn forget(&self, phys: u64, len: u64) {
+        for block in phys / BLOCK..(phys + len).div_ceil(BLOCK) {
+            self.shard(block).lock().clean.pop(&block);
+        }
+    }
+
+    /// Bytes held: (clean, pinned).
+    pub fn usage(&self) -> (u64, u64) {
+        let mut clean = 0;
+        let mut pinned = 0;
+        for s in &self.shards {
+            let s = s.lock();
+            clean += s.clean.len() as u64 * BLOCK;
+            pinned += s.pinned.len() as u64 * BLOCK;
+        }
+        (clean, pinned)
+    }
+}
+
+/// A cached onode: `None` is a tombstone (removed by a transaction not yet
+/// committed).
+struct Cached {
+    onode: Option<Arc<Onode>>,
+    /// Sequence number of the last transaction that changed it.
+    dirty_seq: u64,
+}
+
+/// Onodes by object id. See the module docs. Used under the store's state
+/// lock, so it has no lock of its own.
+pub(crate) struct OnodeCache {
+    entries: LruCache<ObjectId, Cached>,
+    capacity: usize,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// What the onode cache knows of an object.
+pub(crate) enum Lookup {
+    Present(Arc<Onode>),
+    Removed,
+    Unknown,
+}
+
+impl OnodeCache {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: LruCache::unbounded(),
+            capacity: capacity.max(16),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(16);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn lookup(&mut self, oid: &ObjectId) -> Lookup {
+        match self.entries.get(oid) {
+            Some(c) => {
+                self.hits += 1;
+                match &c.onode {
+                    Some(o) => Lookup::Present(o.clone()),
+                    None => Lookup::Removed,
+                }
+            }
+            None => {
+                self.misses += 1;
+                Lookup::Unknown
+            }
+        }
+    }
+
+    /// Cache an onode read from the key-value store (clean).
+    pub fn insert_clean(&mut self, oid: ObjectId, onode: Arc<Onode>, committed: u64) {
+        self.entries.put(
+            oid,
+            Cached {
+                onode: Some(onode),
+                dirty_seq: 0,
+            },
+        );
+        self.trim(committed);
+    }
+
+    /// Record the state transaction `seq` left the object in.
+    pub fn update(&mut self, oid: ObjectId, onode: Option<Arc<Onode>>, seq: u64, committed: u64) {
+        self.entries.put(
+            oid,
+            Cached {
+                onode,
+                dirty_seq: seq,
+            },
+        );
+        self.trim(committed);
+    }
+
+    /// Cached objects of `coll` (present or removed) that are dirty: newer
+    /// than what the key-value store lists.
+    pub fn dirty_in(&self, coll: cairn_store::Collection, committed: u64) -> Vec<(ObjectId, bool)> {
+        self.entries
+            .iter()
+            .filter(|(oid, c)| oid.coll == coll && c.dirty_seq > committed)
+            .map(|(oid, c)| (oid.clone(), c.onode.is_some()))
+            .collect()
+    }
+
+    /// Evict clean entries beyond the capacity, oldest first; dirty ones
+    /// stay (they are newer than the key-value store).
+    pub fn trim(&mut self, committed: u64) {
+        let mut skipped = Vec::new();
+        while self.entries.len() > self.capacity {
+            let Some((oid, c)) = self.entries.pop_lru() else {
+                break;
+            };
+            if c.dirty_seq > committed {
+                skipped.push((oid, c));
+                if skipped.len() > self.capacity {
+                    break;
+                }
+            }
+        }
+        // Put dirty entries back as most recently used.
+        for (oid, c) in skipped {
+            self.entries.put(oid, c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_store::Collection;
+
+    #[test]
+    fn pinned_blocks_stay_until_their_write_unpins() {
+        let c = BufferCache::new(SHARDS as u64 * BLOCK); // one clean block per shard
+        let a = Bytes::from(vec![1u8; BLOCK as usize]);
+        let b = Bytes::from(vec![2u8; BLOCK as usize]);
+        let p1 = c.new_pin();
+        c.pin(0, a.clone(), p1);
+        let p2 = c.new_pin();
+        c.pin(0, b.clone(), p2);
+        c.unpin(0, p1); // an older write finishing does not unpin the newer
+        assert_eq!(c.get(0), Some(b.clone()));
+        assert_eq!(c.usage(), (0, BLOCK));
+        c.unpin(0, p2);
+        assert_eq!(c.usage(), (BLOCK, 0));
+        // A clean block is evicted by another clean block of its shard.
+        c.insert_clean(SHARDS as u64 * BLOCK, a);
+        assert_eq!(c.get(0), None);
+        c.forget(SHARDS as u64 * BLOCK, BLOCK);
+        assert_eq!(c.usage(), (0, 0));
+    }
+
+    #[test]
+    fn dirty_onodes_are_not_evicted() {
+        let mut c = OnodeCache::new(16);
+        let coll = Collection::new(1, 1);
+        for i in 0..40u64 {
+            let oid = ObjectId::new(coll, format!("o{i}"));
+            c.update(oid, Some(Arc::new(Onode::default())), i + 1, 10);
+        }
+        // 30 entries are dirty (seq > 10): all stay; clean ones go.
+        assert_eq!(c.len(), 30);
+        assert_eq!(c.dirty_in(coll, 10).len(), 30);
+        c.trim(40);
+        assert_eq!(c.len(), 16);
+        assert!(matches!(
+            c.lookup(&ObjectId::new(coll, "o39")),
+            Lookup::Present(_)
+        ));
+        c.update(ObjectId::new(coll, "gone"), None, 41, 40);
+        assert!(matches!(
+            c.lookup(&ObjectId::new(coll, "gone")),
+            Lookup::Removed
+        ));
+    }
+}

@@ -1,0 +1,246 @@
+//! Making a store (mkfs) and bringing one up (mount).
+//!
+//! mkfs writes the label to device block 0 and the superblock, an empty
+//! free list covering the data space, and the object-id reservation to the
+//! key-value store. It refuses a device that is too small, carries a
+//! label (a Cairn store, or anything else) unless forced, or cannot be
+//! read; a refused mkfs changes nothing.
+//!
+//! Mount checks that label and database belong to the same store, loads and
+//! checks the free list (aligned, inside the device, disjoint), replays the
+//! deferred writes a crash left in the WAL, and finds the collections.
+
+use std::collections::BTreeSet;
+
+use cairn_device::{block_on, AlignedBuf, BlockDevice};
+use cairn_kv::{scan_all, Batch, Kv};
+use cairn_store::{Collection, StoreError};
+
+use crate::allocator::load_freelist;
+use crate::keys;
+use crate::label::{decode_label, encode_label, Label, Superblock, VERSION};
+use crate::onode::{decode, encode, BLOCK};
+use crate::options::MkfsOptions;
+use crate::rangeset::RangeSet;
+use crate::state::{device_error, kv_error};
+
+/// Smallest device mkfs accepts.
+pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
+
+fn invalid(msg: String) -> StoreError {
+    StoreError::Invalid(msg)
+}
+
+/// What block 0 of `device` holds.
+pub fn read_label(device: &dyn BlockDevice) -> Result<Label, StoreError> {
+    let block = block_on(device.read(0, BLOCK)).map_err(device_error)?;
+    decode_label(&block).map_err(StoreError::Corrupt)
+}
+
+/// Format `device` with `kv` (which must be empty unless forced).
+pub fn mkfs(
+    device: &dyn BlockDevice,
+    kv: &dyn Kv,
+    opts: &MkfsOptions,
+) -> Result<Superblock, StoreError> {
+    let au = opts.min_alloc_size;
+    if au < BLOCK || !au.is_power_of_two() {
+        return Err(invalid(format!(
+            "min_alloc_size {au} must be a power of two of at least {BLOCK}"
+        )));
+    }
+    if opts.shard_size < au || opts.shard_size % au != 0 || opts.shard_size > (64 << 20) {
+        return Err(invalid(format!(
+            "shard size {} must be a multiple of min_alloc_size {au}, at most 64 MiB",
+            opts.shard_size
+        )));
+    }
+    let size = device.size();
+    if size < MIN_DEVICE_BYTES.max(4 * au) {
+        return Err(invalid(format!(
+            "device of {size} bytes is too small (at least {MIN_DEVICE_BYTES} bytes)"
+        )));
+    }
+    let label = read_label(device);
+    if !opts.force {
+        match label {
+            Ok(Label::Blank) => {}
+            Ok(Label::Store(sb)) => {
+                return Err(invalid(format!(
+                    "device already holds Cairn store {} (use --force to overwrite)",
+                    sb.id()
+                )))
+            }
+            Ok(Label::Foreign) => {
+                return Err(invalid(
+                    "device holds data that is not a Cairn store (use --force to overwrite)".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+        if !kv.scan(b"", &[0xff], 1).map_err(kv_error)?.is_empty() {
+            return Err(invalid(
+                "the metadata database is not empty (use --force to overwrite)".into(),
+            ));
+        }
+    }
+    let data_start = au.max(BLOCK);
+    let data_end = size / au * au;
+    let sb = Superblock {
+        version: VERSION,
+        uuid: rand::random(),
+        device_size: size,
+        min_alloc_size: au,
+        shard_size: opts.shard_size,
+        data_start,
+    };
+    let mut batch = Batch::new();
+    batch.delete_range(vec![0u8], vec![0xffu8; 2]);
+    batch.put(keys::SUPER_KEY.to_vec(), encode(&sb));
+    batch.put(keys::NID_KEY.to_vec(), 1u64.to_be_bytes().to_vec());
+    batch.put(
+        keys::free(data_start),
+        (data_end - data_start).to_be_bytes().to_vec(),
+    );
+    kv.write(batch, true).map_err(kv_error)?;
+    let block = AlignedBuf::from_slice(&encode_label(&sb));
+    block_on(device.write(0, block)).map_err(device_error)?;
+    block_on(device.flush()).map_err(device_error)?;
+    Ok(sb)
+}
+
+/// What mount learns from the device and the key-value store.
+pub(crate) struct Mounted {
+    pub sb: Superblock,
+    pub free: RangeSet,
+    pub nid_limit: u64,
+    pub next_seq: u64,
+    pub colls: BTreeSet<Collection>,
+    pub objects: u64,
+    pub replayed: u64,
+}
+
+/// Check and load a store; replays leftover deferred writes.
+pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, StoreError> {
+    let sb = match read_label(device)? {
+        Label::Store(sb) => sb,
+        Label::Blank => {
+            return Err(StoreError::Corrupt(
+                "device is not formatted (run mkfs)".into(),
+            ))
+        }
+        Label::Foreign => {
+            return Err(StoreError::Corrupt(
+                "device does not hold a Cairn BlueStore label".into(),
+            ))
+        }
+    };
+    let db_sb: Superblock = match kv.get(keys::SUPER_KEY).map_err(kv_error)? {
+        Some(v) => decode(&v).map_err(|e| StoreError::Corrupt(format!("superblock: {e}")))?,
+        None => {
+            return Err(StoreError::Corrupt(
+                "metadata database has no superblock".into(),
+            ))
+        }
+    };
+    if db_sb != sb {
+        return Err(StoreError::Corrupt(format!(
+            "device belongs to store {} but the metadata database to store {}",
+            sb.id(),
+            db_sb.id()
+        )));
+    }
+    if device.size() < sb.device_size {
+        return Err(StoreError::Corrupt(format!(
+            "device shrank from {} to {} bytes",
+            sb.device_size,
+            device.size()
+        )));
+    }
+    let (start, end) = keys::range_of(&[keys::FREE]);
+    let entries = scan_all(kv, &start, &end).map_err(kv_error)?;
+    let free = load_freelist(&entries, sb.min_alloc_size, sb.data_start, sb.device_size)
+        .map_err(|e| StoreError::Corrupt(format!("free list: {e}")))?;
+    let nid_limit = match kv.get(keys::NID_KEY).map_err(kv_error)? {
+        Some(v) => v
+            .as_slice()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::Corrupt("bad object id reservation".into()))?,
+        None => return Err(StoreError::Corrupt("no object id reservation".into())),
+    };
+    let (replayed, next_seq) = replay_deferred(device, kv)?;
+    let (colls, objects) = scan_collections(kv)?;
+    Ok(Mounted {
+        sb,
+        free,
+        nid_limit,
+        next_seq,
+        colls,
+        objects,
+        replayed,
+    })
+}
+
+/// Apply the deferred writes a crash left, in order; returns how many
+/// records there were and the sequence number to continue from.
+fn replay_deferred(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<(u64, u64), StoreError> {
+    let (start, end) = keys::range_of(&[keys::DEFERRED]);
+    let records = scan_all(kv, &start, &end).map_err(kv_error)?;
+    let mut next_seq = 1;
+    let mut batch = Batch::new();
+    for (key, value) in &records {
+        let seq = keys::decode_u64_key(key)
+            .ok_or_else(|| StoreError::Corrupt("bad deferred record key".into()))?;
+        let writes: Vec<(u64, Vec<u8>)> = decode(value)
+            .map_err(|e| StoreError::Corrupt(format!("deferred record {seq}: {e}")))?;
+        let bufs = writes
+            .iter()
+            .map(|(phys, data)| (*phys, AlignedBuf::from_slice(data)))
+            .collect();
+        block_on(device.write_many(bufs)).map_err(device_error)?;
+        batch.delete(key.clone());
+        next_seq = next_seq.max(seq + 1);
+    }
+    if !records.is_empty() {
+        block_on(device.flush()).map_err(device_error)?;
+        kv.write(batch, true).map_err(kv_error)?;
+        tracing::info!(records = records.len(), "replayed deferred writes");
+    }
+    Ok((records.len() as u64, next_seq))
+}
+
+/// The collections holding anything, and the number of objects.
+fn scan_collections(kv: &dyn Kv) -> Result<(BTreeSet<Collection>, u64), StoreError> {
+    let mut colls = BTreeSet::new();
+    let mut objects = 0u64;
+    let (start, end) = keys::range_of(&[keys::ONODE]);
+    let mut from = start;
+    loop {
+        let part = kv.scan(&from, &end, 4096).map_err(kv_error)?;
+        for (key, _) in &part {
+            if let Some(coll) = keys::decode_coll(&key[1..]) {
+                colls.insert(coll);
+            }
+            objects += 1;
+        }
+        match part.last() {
+            Some((last, _)) if part.len() == 4096 => from = cairn_kv::successor(last),
+            _ => break,
+        }
+    }
+    for prefix in [keys::LOG, keys::COLL_ATTR] {
+        let (mut from, end) = keys::range_of(&[prefix]);
+        // One seek per collection: jump past each one found.
+        while let Some((key, _)) = kv.scan(&from, &end, 1).map_err(kv_error)?.pop() {
+            let Some(coll) = keys::decode_coll(&key[1..]) else {
+                break;
+            };
+            colls.insert(coll);
+            let mut next = keys::coll_prefix(prefix, coll);
+            next = cairn_kv::prefix_end(&next).unwrap_or(end.clone());
+            from = next;
+        }
+    }
+    Ok((colls, objects))
+}

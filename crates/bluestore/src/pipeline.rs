@@ -1,0 +1,321 @@
+//! The commit pipeline: group commit, deferred writes, space release.
+//!
+//! A built transaction ([`Prepared`]) has its new data already submitted to
+//! the device and its metadata in a key-value batch. The **commit thread**
+//! takes every queued transaction at once, waits for their data writes,
+//! flushes the device once, writes all their batches in one synced
+//! key-value write (group commit), and only then completes their commits.
+//! So a commit is durable when acknowledged: data on the device and flushed
+//! before the metadata that points at it.
+//!
+//! Deferred writes (small overwrites whose data travelled in the batch) go
+//! to the **deferred thread** after their commit: it writes them in place,
+//! flushes, then deletes their records from the key-value store. Until
+//! then their blocks stay pinned in the buffer cache, and after a crash
+//! mount replays the records that remain.
+//!
+//! Space a transaction released is handed back to the allocator only when
+//! (a) the transaction committed, (b) every deferred write of it and of
+//! earlier transactions reached the device and its record's deletion was
+//! written (so no replay can land on reused space), and (c) every read that
+//! might still use the space is done.
+//!
+//! Fault model: a failed device write, flush or key-value write fails the
+//! store; the commits involved and all later ones return `Failed`. Nothing
+//! is acknowledged that is not durable.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cairn_device::{block_on, AlignedBuf, BoxFuture, DeviceError};
+use cairn_kv::Batch;
+use cairn_store::StoreError;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::oneshot;
+
+use crate::keys;
+use crate::onode::{PExtent, BLOCK};
+use crate::state::Inner;
+
+/// Most transactions committed as one group.
+const MAX_GROUP: usize = 512;
+/// Most bytes of deferred writes applied in one round.
+const MAX_DEFERRED_ROUND: u64 = 32 << 20;
+
+/// Deferred writes of one transaction: `(device offset, block, pin)`.
+pub(crate) struct DeferredRecord {
+    pub seq: u64,
+    pub writes: Vec<(u64, Bytes, u64)>,
+}
+
+/// Space released by transaction `seq` under read generation `gen`.
+pub(crate) struct Release {
+    pub seq: u64,
+    pub gen: u64,
+    pub extents: Vec<PExtent>,
+}
+
+/// A transaction ready to commit.
+pub(crate) struct Prepared {
+    pub seq: u64,
+    pub batch: Batch,
+    /// Its new data, already submitted to the device.
+    pub data: Option<BoxFuture<Result<(), DeviceError>>>,
+    /// Blocks of that data pinned in the cache: `(device offset, pin)`.
+    pub data_pins: Vec<(u64, u64)>,
+    pub deferred: Option<DeferredRecord>,
+    pub release: Option<Release>,
+    pub done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+struct Queue<T> {
+    items: VecDeque<T>,
+    shutdown: bool,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self {
+            items: VecDeque::new(),
+            shutdown: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Releases {
+    waiting: VecDeque<Release>,
+    /// Transactions whose deferred writes are not on the device yet.
+    unapplied: BTreeSet<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct Pipeline {
+    commits: Mutex<Queue<Prepared>>,
+    commit_ready: Condvar,
+    deferred: Mutex<Queue<DeferredRecord>>,
+    deferred_ready: Condvar,
+    releases: Mutex<Releases>,
+}
+
+impl Pipeline {
+    /// Queue a built transaction (in sequence order: called under the state
+    /// lock). Its deferred writes, if any, count as unapplied from now on.
+    pub fn submit(&self, p: Prepared) {
+        if p.deferred.is_some() {
+            self.releases.lock().unapplied.insert(p.seq);
+        }
+        self.commits.lock().items.push_back(p);
+        self.commit_ready.notify_one();
+    }
+
+    /// Stop both threads once their queues are empty.
+    pub fn shutdown(&self) {
+        self.commits.lock().shutdown = true;
+        self.commit_ready.notify_all();
+        self.deferred.lock().shutdown = true;
+        self.deferred_ready.notify_all();
+    }
+
+    pub fn has_waiting_releases(&self) -> bool {
+        !self.releases.lock().waiting.is_empty()
+    }
+}
+
+/// The commit thread.
+pub(crate) fn commit_loop(inner: Arc<Inner>) {
+    loop {
+        let mut group: Vec<Prepared> = {
+            let mut q = inner.pipeline.commits.lock();
+            while q.items.is_empty() && !q.shutdown {
+                inner.pipeline.commit_ready.wait(&mut q);
+            }
+            if q.items.is_empty() {
+                break;
+            }
+            let n = q.items.len().min(MAX_GROUP);
+            q.items.drain(..n).collect()
+        };
+        match commit_group(&inner, &mut group) {
+            Ok(()) => finish_group(&inner, group),
+            Err(why) => {
+                inner.fail(why);
+                for p in group {
+                    let _ = p.done.send(inner.check_failed());
+                }
+            }
+        }
+    }
+    // No more commits: let the deferred thread drain and stop.
+    let mut q = inner.pipeline.deferred.lock();
+    q.shutdown = true;
+    inner.pipeline.deferred_ready.notify_all();
+}
+
+/// Make a group durable: data, flush, then one synced metadata write.
+fn commit_group(inner: &Inner, group: &mut [Prepared]) -> Result<(), String> {
+    if let Some(why) = inner.failed.get() {
+        return Err(why.clone());
+    }
+    let mut flush = false;
+    for p in group.iter_mut() {
+        if let Some(data) = p.data.take() {
+            block_on(data).map_err(|e| format!("data write failed: {e}"))?;
+            flush = true;
+        }
+    }
+    if flush {
+        block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
+        inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut batch = Batch::new();
+    for p in group.iter_mut() {
+        batch.append(std::mem::take(&mut p.batch));
+    }
+    let start = Instant::now();
+    inner
+        .kv
+        .write(batch, true)
+        .map_err(|e| format!("metadata commit failed: {e}"))?;
+    inner.perf.kv_commit(start.elapsed().as_micros() as u64);
+    Ok(())
+}
+
+fn finish_group(inner: &Inner, group: Vec<Prepared>) {
+    let Some(last) = group.last().map(|p| p.seq) else {
+        return;
+    };
+    inner.committed.store(last, Ordering::Release);
+    let mut deferred = Vec::new();
+    let mut releases = Vec::new();
+    for p in group {
+        for (phys, pin) in p.data_pins {
+            inner.cache.unpin(phys, pin);
+        }
+        deferred.extend(p.deferred);
+        releases.extend(p.release);
+        let _ = p.done.send(Ok(()));
+    }
+    if !deferred.is_empty() {
+        inner.pipeline.deferred.lock().items.extend(deferred);
+        inner.pipeline.deferred_ready.notify_one();
+    }
+    if !releases.is_empty() {
+        inner.pipeline.releases.lock().waiting.extend(releases);
+    }
+    try_release(inner);
+}
+
+/// The deferred thread.
+pub(crate) fn deferred_loop(inner: Arc<Inner>) {
+    loop {
+        let round: Vec<DeferredRecord> = {
+            let mut q = inner.pipeline.deferred.lock();
+            while q.items.is_empty() && !q.shutdown {
+                inner.pipeline.deferred_ready.wait(&mut q);
+            }
+            if q.items.is_empty() {
+                return;
+            }
+            let mut bytes = 0;
+            let mut n = 0;
+            while n < q.items.len() && (n == 0 || bytes < MAX_DEFERRED_ROUND) {
+                bytes += q.items[n].writes.len() as u64 * BLOCK;
+                n += 1;
+            }
+            q.items.drain(..n).collect()
+        };
+        if inner.failed.get().is_some() {
+            continue; // records stay in the key-value store for replay
+        }
+        if let Err(why) = apply_round(&inner, &round) {
+            inner.fail(why);
+        }
+    }
+}
+
+/// Write a round of deferred records in place, flush, forget the records.
+fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
+    // Latest content per block; contiguous blocks go in one write.
+    let mut latest: HashMap<u64, &Bytes> = HashMap::new();
+    for r in round {
+        for (phys, data, _) in &r.writes {
+            latest.insert(*phys, data);
+        }
+    }
+    let mut blocks: Vec<(u64, &Bytes)> = latest.into_iter().collect();
+    blocks.sort_unstable_by_key(|(p, _)| *p);
+    let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (phys, data) in blocks {
+        match writes.last_mut() {
+            Some((start, buf)) if *start + buf.len() as u64 == phys => buf.extend_from_slice(data),
+            _ => writes.push((phys, data.to_vec())),
+        }
+    }
+    let bufs = writes
+        .into_iter()
+        .map(|(p, b)| (p, AlignedBuf::from_slice(&b)))
+        .collect();
+    block_on(inner.device.write_many(bufs)).map_err(|e| format!("deferred write failed: {e}"))?;
+    block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
+    inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
+    let mut batch = Batch::new();
+    for r in round {
+        batch.delete(keys::deferred(r.seq));
+    }
+    // Not synced: the next commit's sync carries it, and space freed
+    // after these records is reused only by such a later commit.
+    inner
+        .kv
+        .write(batch, false)
+        .map_err(|e| format!("deleting deferred records failed: {e}"))?;
+    let mut bytes = 0;
+    for r in round {
+        for (phys, _, pin) in &r.writes {
+            inner.cache.unpin(*phys, *pin);
+            bytes += BLOCK;
+        }
+    }
+    inner.deferred_backlog.fetch_sub(bytes, Ordering::Relaxed);
+    inner
+        .perf
+        .deferred_applied
+        .fetch_add(round.len() as u64, Ordering::Relaxed);
+    {
+        let mut rel = inner.pipeline.releases.lock();
+        for r in round {
+            rel.unapplied.remove(&r.seq);
+        }
+    }
+    try_release(inner);
+    Ok(())
+}
+
+/// Hand back every released extent that can no longer be in use.
+pub(crate) fn try_release(inner: &Inner) {
+    let ready: Vec<Release> = {
+        let mut rel = inner.pipeline.releases.lock();
+        let mut ready = Vec::new();
+        while let Some(front) = rel.waiting.front() {
+            let deferred_done = rel.unapplied.first().is_none_or(|&s| s > front.seq);
+            if !deferred_done || !inner.reads.all_done_before(front.gen) {
+                break;
+            }
+            ready.extend(rel.waiting.pop_front());
+        }
+        ready
+    };
+    if ready.is_empty() {
+        return;
+    }
+    let mut st = inner.state.lock();
+    for r in ready {
+        for p in r.extents {
+            inner.cache.forget(p.offset, u64::from(p.len));
+            st.alloc.release(p);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! What a mounted store shares between its handle, its transaction
+//! builder, its reads and its background threads.
+//!
+//! [`State`] is everything transactions change in memory, under one mutex:
+//! building a transaction is serial (that fixes the submission order), and
+//! short — device I/O is submitted, never waited for, except the rare
+//! read-modify-write of a block not in cache. Reads take the lock only to
+//! plan. [`Inner`] holds the rest: device, key-value store, caches,
+//! counters, and the pipeline's queues.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use cairn_device::BlockDevice;
+use cairn_kv::Kv;
+use cairn_store::{Collection, ObjectId, StoreError};
+use parking_lot::Mutex;
+
+use crate::allocator::{Allocator, Freelist};
+use crate::cache::{BufferCache, Lookup, OnodeCache};
+use crate::keys;
+use crate::label::Superblock;
+use crate::onode::{decode, Core, Onode, Shard};
+use crate::options::MountOptions;
+use crate::perf::Perf;
+use crate::pipeline::Pipeline;
+
+/// Object ids are reserved in the key-value store this many at a time.
+pub const NID_BATCH: u64 = 1024;
+
+pub(crate) struct State {
+    pub onodes: OnodeCache,
+    pub alloc: Allocator,
+    pub freelist: Freelist,
+    pub next_nid: u64,
+    /// Object ids below this are reserved durably (`Snid`).
+    pub nid_limit: u64,
+    /// Sequence number of the next transaction.
+    pub next_seq: u64,
+    /// Collections that may exist (checked against the store when listed).
+    pub colls: BTreeSet<Collection>,
+    pub objects: u64,
+    /// Bumped by every transaction that releases space (see `ReadTracker`).
+    pub read_gen: u64,
+}
+
+/// Reads in flight, by the `read_gen` they started under. Space released
+/// under generation `g` may be reused only when no read older than `g` runs.
+#[derive(Default)]
+pub(crate) struct ReadTracker {
+    active: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl ReadTracker {
+    pub fn enter(&self, gen: u64) {
+        *self.active.lock().entry(gen).or_default() += 1;
+    }
+
+    pub fn leave(&self, gen: u64) {
+        let mut active = self.active.lock();
+        if let Some(n) = active.get_mut(&gen) {
+            *n -= 1;
+            if *n == 0 {
+                active.remove(&gen);
+            }
+        }
+    }
+
+    /// Whether every read that started before generation `gen` is done.
+    pub fn all_done_before(&self, gen: u64) -> bool {
+        self.active
+            .lock()
+            .keys()
+            .next()
+            .is_none_or(|&oldest| oldest >= gen)
+    }
+}
+
+pub(crate) struct Inner {
+    pub device: Arc<dyn BlockDevice>,
+    pub kv: Arc<dyn Kv>,
+    pub sb: Superblock,
+    pub opts: MountOptions,
+    pub cache: BufferCache,
+    pub perf: Perf,
+    pub state: Mutex<State>,
+    pub pipeline: Pipeline,
+    pub reads: ReadTracker,
+    /// Set once when a durable write fails: nothing more is accepted.
+    pub failed: OnceLock<String>,
+    /// Sequence number of the last committed transaction.
+    pub committed: AtomicU64,
+    /// Bytes of deferred writes not yet on the device.
+    pub deferred_backlog: AtomicU64,
+}
+
+impl Inner {
+    pub fn au(&self) -> u64 {
+        self.sb.min_alloc_size
+    }
+
+    pub fn shard_size(&self) -> u64 {
+        self.sb.shard_size
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Fail the store: every later submit gets `Failed`.
+    pub fn fail(&self, why: String) {
+        if self.failed.set(why.clone()).is_ok() {
+            tracing::error!("object store failed: {why}");
+        }
+    }
+
+    pub fn check_failed(&self) -> Result<(), StoreError> {
+        match self.failed.get() {
+            Some(why) => Err(StoreError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The object's onode, from the cache or the key-value store.
+    pub fn onode(&self, st: &mut State, oid: &ObjectId) -> Result<Option<Arc<Onode>>, StoreError> {
+        match st.onodes.lookup(oid) {
+            Lookup::Present(o) => return Ok(Some(o)),
+            Lookup::Removed => return Ok(None),
+            Lookup::Unknown => {}
+        }
+        let Some(onode) = load_onode(self.kv.as_ref(), oid)? else {
+            return Ok(None);
+        };
+        let onode = Arc::new(onode);
+        st.onodes
+            .insert_clean(oid.clone(), onode.clone(), self.committed());
+        Ok(Some(onode))
+    }
+}
+
+pub(crate) fn kv_error(e: cairn_kv::KvError) -> StoreError {
+    StoreError::Io(std::io::Error::other(e.to_string()))
+}
+
+pub(crate) fn device_error(e: cairn_device::DeviceError) -> StoreError {
+    let kind = e
+        .raw_os_error()
+        .map(|n| std::io::Error::from_raw_os_error(n).kind())
+        .unwrap_or(std::io::ErrorKind::Other);
+    StoreError::Io(std::io::Error::new(kind, e.to_string()))
+}
+
+fn corrupt(oid: &ObjectId, what: &str, e: String) -> StoreError {
+    StoreError::Corrupt(format!("{oid}: {what}: {e}"))
+}
+
+/// Read an onode (core and every shard) from the key-value store.
+pub(crate) fn load_onode(kv: &dyn Kv, oid: &ObjectId) -> Result<Option<Onode>, StoreError> {
+    let Some(value) = kv.get(&keys::onode(oid)).map_err(kv_error)? else {
+        return Ok(None);
+    };
+    let core: Core = decode(&value).map_err(|e| corrupt(oid, "onode", e))?;
+    let (start, end) = keys::range_of(&keys::nid_prefix(keys::SHARD, core.nid));
+    let mut shards = BTreeMap::new();
+    for (key, value) in cairn_kv::scan_all(kv, &start, &end).map_err(kv_error)? {
+        let index =
+            keys::decode_shard(&key).ok_or_else(|| corrupt(oid, "shard key", String::new()))?;
+        let shard: Shard = decode(&value).map_err(|e| corrupt(oid, "extent shard", e))?;
+        shards.insert(index, Arc::new(shard));
+    }
+    Ok(Some(Onode { core, shards }))
+}

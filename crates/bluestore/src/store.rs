@@ -1,0 +1,349 @@
+//! [`BlueStore`]: the mounted store behind the [`ObjectStore`] trait.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+use cairn_device::BlockDevice;
+use cairn_kv::{scan_all, Kv};
+use cairn_store::{
+    BoxFuture, Collection, Commit, ObjectId, ObjectStat, ObjectStore, Result, StoreError,
+    StoreStats, Transaction, Version,
+};
+use parking_lot::Mutex;
+
+use crate::allocator::{Allocator, Freelist};
+use crate::builder::Builder;
+use crate::cache::{BufferCache, OnodeCache};
+use crate::keys;
+use crate::label::Superblock;
+use crate::mount::mount;
+use crate::options::MountOptions;
+use crate::perf::{Perf, PerfSnapshot};
+use crate::pipeline::{commit_loop, deferred_loop, try_release, Pipeline};
+use crate::read::{self, Sources};
+use crate::state::{kv_error, Inner, ReadTracker, State};
+
+/// Bytes one cached onode is assumed to take, for sizing the onode cache.
+const ONODE_BYTES: u64 = 4096;
+
+/// A mounted BlueStore-class object store. Dropping it waits for every
+/// queued commit and deferred write, then stops its threads.
+pub struct BlueStore {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Deferred records replayed by mount.
+    replayed: u64,
+}
+
+impl BlueStore {
+    /// Mount the store on `device` with metadata in `kv` (see `mount`).
+    pub fn mount(
+        device: Arc<dyn BlockDevice>,
+        kv: Arc<dyn Kv>,
+        opts: MountOptions,
+    ) -> Result<Arc<Self>> {
+        let m = mount(device.as_ref(), kv.as_ref())?;
+        let au = m.sb.min_alloc_size;
+        let cache = &opts.cache;
+        let state = State {
+            onodes: OnodeCache::new((cache.meta_bytes() / ONODE_BYTES) as usize),
+            alloc: Allocator::new(m.free.clone(), au),
+            freelist: Freelist::new(m.free),
+            next_nid: m.nid_limit,
+            nid_limit: m.nid_limit,
+            next_seq: m.next_seq,
+            colls: m.colls,
+            objects: m.objects,
+            read_gen: 0,
+        };
+        let inner = Arc::new(Inner {
+            device,
+            kv,
+            sb: m.sb,
+            cache: BufferCache::new(cache.data_bytes()),
+            opts,
+            perf: Perf::default(),
+            state: Mutex::new(state),
+            pipeline: Pipeline::default(),
+            reads: ReadTracker::default(),
+            failed: OnceLock::new(),
+            committed: AtomicU64::new(m.next_seq - 1),
+            deferred_backlog: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        for (name, body) in [
+            ("cairn-bs-commit", commit_loop as fn(Arc<Inner>)),
+            ("cairn-bs-deferred", deferred_loop as fn(Arc<Inner>)),
+        ] {
+            let inner = inner.clone();
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || body(inner))
+                .map_err(StoreError::Io)?;
+            threads.push(handle);
+        }
+        Ok(Arc::new(Self {
+            inner,
+            threads: Mutex::new(threads),
+            replayed: m.replayed,
+        }))
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sb
+    }
+
+    /// Deferred write records mount found and replayed.
+    pub fn replayed(&self) -> u64 {
+        self.replayed
+    }
+
+    /// Counters, with cache statistics.
+    pub fn perf(&self) -> PerfSnapshot {
+        let inner = &self.inner;
+        let mut p = inner.perf.snapshot();
+        {
+            let st = inner.state.lock();
+            p.onode_cache_hits = st.onodes.hits;
+            p.onode_cache_misses = st.onodes.misses;
+            p.onode_cache_entries = st.onodes.len() as u64;
+            p.free_bytes = st.freelist.total();
+            p.allocatable_bytes = st.alloc.free_bytes();
+        }
+        p.data_cache_hits = inner.cache.hits.load(Ordering::Relaxed);
+        p.data_cache_misses = inner.cache.misses.load(Ordering::Relaxed);
+        (p.data_cache_bytes, p.data_pinned_bytes) = inner.cache.usage();
+        p.kv_cache_bytes = inner.kv.cache_usage();
+        p
+    }
+
+    /// Resize the onode and data caches to a new total (the key-value
+    /// cache keeps the size it was opened with).
+    pub fn resize_caches(&self, cache_size: u64) {
+        let mut c = self.inner.opts.cache.clone();
+        c.cache_size = cache_size;
+        self.inner.cache.set_capacity(c.data_bytes());
+        let mut st = self.inner.state.lock();
+        st.onodes
+            .set_capacity((c.meta_bytes() / ONODE_BYTES) as usize);
+        let committed = self.inner.committed();
+        st.onodes.trim(committed);
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    fn onode(&self, oid: &ObjectId) -> Result<Arc<crate::onode::Onode>> {
+        let mut st = self.inner.state.lock();
+        self.inner
+            .onode(&mut st, oid)?
+            .ok_or_else(|| StoreError::NotFound(oid.clone()))
+    }
+
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (start, end) = keys::range_of(prefix);
+        scan_all(self.inner.kv.as_ref(), &start, &end).map_err(kv_error)
+    }
+}
+
+impl Drop for BlueStore {
+    fn drop(&mut self) {
+        self.inner.pipeline.shutdown();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Leaves the read tracker when a read ends, however it ends.
+struct ReadGuard {
+    inner: Arc<Inner>,
+    gen: u64,
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        self.inner.reads.leave(self.gen);
+        if self.inner.pipeline.has_waiting_releases() {
+            try_release(&self.inner);
+        }
+    }
+}
+
+impl ObjectStore for BlueStore {
+    fn submit(&self, txn: Transaction) -> Result<Commit> {
+        txn.validate()?;
+        self.inner.check_failed()?;
+        let mut st = self.inner.state.lock();
+        let mut builder = Builder::new(&self.inner, &mut st);
+        builder.build(&txn)?;
+        let (done, commit) = Commit::pending();
+        builder.finish(done);
+        Ok(commit)
+    }
+
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Vec<u8>>> {
+        let inner = self.inner.clone();
+        let planned = (|| -> Result<_> {
+            let mut st = inner.state.lock();
+            let onode = inner
+                .onode(&mut st, oid)?
+                .ok_or_else(|| StoreError::NotFound(oid.clone()))?;
+            let len = onode.core.size.saturating_sub(offset).min(len);
+            let plan = read::plan(oid, &onode, offset, len, inner.shard_size())?;
+            let gen = st.read_gen;
+            inner.reads.enter(gen);
+            Ok((plan, len, gen))
+        })();
+        Box::pin(async move {
+            let (plan, len, gen) = planned?;
+            let _guard = ReadGuard {
+                inner: inner.clone(),
+                gen,
+            };
+            let mut out = Vec::with_capacity(len as usize);
+            let src = Sources {
+                device: &inner.device,
+                cache: &inner.cache,
+                staged: None,
+                perf: &inner.perf,
+            };
+            read::fetch(&plan, &src, &mut out).await?;
+            inner.perf.reads.fetch_add(1, Ordering::Relaxed);
+            inner.perf.read_bytes.fetch_add(len, Ordering::Relaxed);
+            Ok(out)
+        })
+    }
+
+    fn stat(&self, oid: &ObjectId) -> Result<ObjectStat> {
+        Ok(ObjectStat {
+            size: self.onode(oid)?.core.size,
+        })
+    }
+
+    fn get_attr(&self, oid: &ObjectId, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.onode(oid)?.core.attrs.get(key).map(|v| v.to_vec()))
+    }
+
+    fn get_attrs(&self, oid: &ObjectId) -> Result<BTreeMap<String, Vec<u8>>> {
+        let onode = self.onode(oid)?;
+        Ok(onode
+            .core
+            .attrs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_vec()))
+            .collect())
+    }
+
+    fn omap_get(
+        &self,
+        oid: &ObjectId,
+        keys_wanted: &[String],
+    ) -> Result<BTreeMap<String, Vec<u8>>> {
+        let nid = self.onode(oid)?.core.nid;
+        let mut out = BTreeMap::new();
+        for k in keys_wanted {
+            if let Some(v) = self.inner.kv.get(&keys::omap(nid, k)).map_err(kv_error)? {
+                out.insert(k.clone(), v);
+            }
+        }
+        Ok(out)
+    }
+
+    fn omap_list(
+        &self,
+        oid: &ObjectId,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        let nid = self.onode(oid)?.core.nid;
+        let prefix = keys::nid_prefix(keys::OMAP, nid);
+        let (mut start, end) = keys::range_of(&prefix);
+        if let Some(after) = start_after {
+            start = cairn_kv::successor(&keys::omap(nid, after));
+        }
+        let entries = self.inner.kv.scan(&start, &end, max).map_err(kv_error)?;
+        entries
+            .into_iter()
+            .map(|(k, v)| {
+                let name = keys::decode_omap(&k)
+                    .ok_or_else(|| StoreError::Corrupt(format!("{oid}: bad omap key")))?;
+                Ok((name, v))
+            })
+            .collect()
+    }
+
+    fn list_objects(&self, coll: Collection) -> Result<Vec<String>> {
+        self.scan(&keys::coll_prefix(keys::ONODE, coll))?
+            .into_iter()
+            .map(|(k, _)| {
+                keys::decode_onode(&k)
+                    .map(|oid| oid.name)
+                    .ok_or_else(|| StoreError::Corrupt("bad onode key".into()))
+            })
+            .collect()
+    }
+
+    fn list_collections(&self) -> Result<Vec<Collection>> {
+        let candidates: Vec<Collection> = self.inner.state.lock().colls.iter().copied().collect();
+        let kv = self.inner.kv.as_ref();
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for coll in candidates {
+            let mut present = false;
+            for prefix in [keys::ONODE, keys::LOG, keys::COLL_ATTR] {
+                let (start, end) = keys::range_of(&keys::coll_prefix(prefix, coll));
+                if !kv.scan(&start, &end, 1).map_err(kv_error)?.is_empty() {
+                    present = true;
+                    break;
+                }
+            }
+            if present {
+                out.push(coll);
+            } else {
+                gone.push(coll);
+            }
+        }
+        // Forget collections that are empty and have nothing in flight.
+        let committed = self.inner.committed();
+        let mut st = self.inner.state.lock();
+        for coll in gone {
+            if st.onodes.dirty_in(coll, committed).is_empty() && committed + 1 == st.next_seq {
+                st.colls.remove(&coll);
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_log(&self, coll: Collection) -> Result<Vec<(Version, Vec<u8>)>> {
+        self.scan(&keys::coll_prefix(keys::LOG, coll))?
+            .into_iter()
+            .map(|(k, v)| {
+                keys::decode_log(&k)
+                    .map(|ver| (ver, v))
+                    .ok_or_else(|| StoreError::Corrupt("bad log key".into()))
+            })
+            .collect()
+    }
+
+    fn coll_get_attr(&self, coll: Collection, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner
+            .kv
+            .get(&keys::coll_attr(coll, key))
+            .map_err(kv_error)
+    }
+
+    fn statfs(&self) -> Result<StoreStats> {
+        let st = self.inner.state.lock();
+        let sb = &self.inner.sb;
+        let total = sb.device_size / sb.min_alloc_size * sb.min_alloc_size - sb.data_start;
+        Ok(StoreStats {
+            total_bytes: total,
+            used_bytes: total - st.freelist.total(),
+            objects: st.objects,
+        })
+    }
+}

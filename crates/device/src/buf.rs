@@ -1,0 +1,161 @@
+//! [`AlignedBuf`]: the only buffer type that crosses the device boundary.
+//!
+//! Owns one heap allocation aligned to [`BLOCK_SIZE`] whose length is a
+//! multiple of [`BLOCK_SIZE`], so it can be handed to `O_DIRECT` I/O and to
+//! the kernel through io_uring without copying. Fault model: allocation
+//! failure aborts the process (as for any Rust allocation); nothing here
+//! performs I/O.
+
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use crate::BLOCK_SIZE;
+
+const ALIGN: usize = BLOCK_SIZE as usize;
+
+/// Heap buffer aligned to [`BLOCK_SIZE`] whose length is a multiple of
+/// [`BLOCK_SIZE`].
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf uniquely owns its allocation, like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out &[u8].
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zero-filled buffer of `len` bytes rounded up to a multiple of
+    /// [`BLOCK_SIZE`].
+    pub fn zeroed(len: usize) -> Self {
+        let len = round_up(len);
+        if len == 0 {
+            return Self {
+                ptr: dangling(),
+                len: 0,
+            };
+        }
+        let layout = layout(len);
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        match NonNull::new(raw) {
+            Some(ptr) => Self { ptr, len },
+            None => alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// A copy of `data`, zero-padded to a multiple of [`BLOCK_SIZE`].
+    pub fn from_slice(data: &[u8]) -> Self {
+        let mut buf = Self::zeroed(data.len());
+        buf[..data.len()].copy_from_slice(data);
+        buf
+    }
+
+    /// Length in bytes (a multiple of [`BLOCK_SIZE`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Raw pointer to the first byte (aligned to [`BLOCK_SIZE`]).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Mutable raw pointer to the first byte (aligned to [`BLOCK_SIZE`]).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+fn round_up(len: usize) -> usize {
+    len.div_ceil(ALIGN) * ALIGN
+}
+
+fn layout(len: usize) -> Layout {
+    match Layout::from_size_align(len, ALIGN) {
+        Ok(l) => l,
+        // Only reachable for lengths near isize::MAX, which no allocator
+        // could satisfy anyway.
+        Err(_) => panic!("AlignedBuf: length {len} too large"),
+    }
+}
+
+fn dangling() -> NonNull<u8> {
+    // An aligned, non-null address that is never dereferenced (len == 0).
+    NonNull::new(std::ptr::without_provenance_mut(ALIGN)).unwrap_or(NonNull::dangling())
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: allocated in `zeroed` with exactly this layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout(self.len)) }
+        }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes (or len == 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold the unique owner mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for AlignedBuf {
+    fn clone(&self) -> Self {
+        Self::from_slice(self)
+    }
+}
+
+impl PartialEq for AlignedBuf {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for AlignedBuf {}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_alignment() {
+        let b = AlignedBuf::zeroed(1);
+        assert_eq!(b.len(), ALIGN);
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+        assert!(b.iter().all(|&x| x == 0));
+        let e = AlignedBuf::zeroed(0);
+        assert!(e.is_empty());
+        assert_eq!(&*e, &[] as &[u8]);
+        let s = AlignedBuf::from_slice(&[7u8; 5000]);
+        assert_eq!(s.len(), 2 * ALIGN);
+        assert!(s[..5000].iter().all(|&x| x == 7));
+        assert!(s[5000..].iter().all(|&x| x == 0));
+        assert_eq!(s.clone(), s);
+    }
+}
