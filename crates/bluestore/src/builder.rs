@@ -55,11 +55,15 @@ pub(crate) struct Builder<'a> {
     pub released: Vec<PExtent>,
     colls: BTreeSet<Collection>,
     objects_delta: i64,
+    /// `(next_nid, nid_limit)` before this transaction, restored if it
+    /// fails (see `build`).
+    nids_before: (u64, u64),
 }
 
 impl<'a> Builder<'a> {
     pub fn new(inner: &'a Inner, st: &'a mut State) -> Self {
         let seq = st.next_seq;
+        let nids_before = (st.next_nid, st.nid_limit);
         Self {
             inner,
             st,
@@ -74,6 +78,7 @@ impl<'a> Builder<'a> {
             released: Vec::new(),
             colls: BTreeSet::new(),
             objects_delta: 0,
+            nids_before,
         }
     }
 
@@ -84,6 +89,11 @@ impl<'a> Builder<'a> {
                 for p in self.allocated.drain(..) {
                     self.st.alloc.release(p);
                 }
+                // A raised reservation (`new_nid`) is written only by this
+                // transaction's batch, which is dropped: keeping the raised
+                // limit in memory would let later objects take ids that a
+                // remount hands out again. The ids taken are unused.
+                (self.st.next_nid, self.st.nid_limit) = self.nids_before;
                 return Err(e);
             }
         }

@@ -169,20 +169,24 @@ fn check_blob(
     blob: &crate::onode::Blob,
     report: &mut FsckReport,
 ) -> Result<(), StoreError> {
-    let Some(ranges) = blob.phys_ranges(0, blob.stored_len()) else {
-        return Ok(()); // partly released raw blob: its live units are checked below
-    };
     let device = &store.inner().device;
-    let mut block = 0usize;
-    for (phys, len) in ranges {
-        let data = block_on(device.read(phys, len)).map_err(device_error)?;
-        if let Err(bad) = blob.csum.verify(&blob.csums, block, &data) {
-            report.errors.push(format!(
-                "{oid}: blob {id} block {bad} (device offset {:#x}) fails its checksum",
-                phys + (bad - block) as u64 * BLOCK
-            ));
+    let stored = blob.stored_len();
+    // Piece by piece, skipping released units: a raw blob that overwrites
+    // or zeroing partly released still has its live units checked.
+    let mut at = 0u64;
+    for p in &blob.pextents {
+        let len = u64::from(p.len).min(stored.saturating_sub(at));
+        if p.is_live() && len > 0 {
+            let data = block_on(device.read(p.offset, len)).map_err(device_error)?;
+            let first = (at / BLOCK) as usize;
+            if let Err(bad) = blob.csum.verify(&blob.csums, first, &data) {
+                report.errors.push(format!(
+                    "{oid}: blob {id} block {bad} (device offset {:#x}) fails its checksum",
+                    p.offset + (bad - first) as u64 * BLOCK
+                ));
+            }
         }
-        block += (len / BLOCK) as usize;
+        at += u64::from(p.len);
     }
     Ok(())
 }

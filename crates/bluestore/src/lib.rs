@@ -25,6 +25,7 @@
 //! space that may still be read or overwritten by a pending deferred write.
 
 mod allocator;
+pub mod autotune;
 mod builder;
 mod cache;
 pub mod checksum;

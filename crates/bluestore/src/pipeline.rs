@@ -112,10 +112,17 @@ impl Pipeline {
         self.commit_ready.notify_one();
     }
 
-    /// Stop both threads once their queues are empty.
+    /// Stop the commit thread once its queue is empty. The deferred thread
+    /// is not stopped here: the last commits hand it their deferred writes
+    /// only as they complete, so it is stopped after the commit thread (by
+    /// `commit_loop` as it ends, see [`shutdown_deferred`](Self::shutdown_deferred)).
     pub fn shutdown(&self) {
         self.commits.lock().shutdown = true;
         self.commit_ready.notify_all();
+    }
+
+    /// Stop the deferred thread once its queue is empty.
+    pub fn shutdown_deferred(&self) {
         self.deferred.lock().shutdown = true;
         self.deferred_ready.notify_all();
     }
@@ -150,9 +157,7 @@ pub(crate) fn commit_loop(inner: Arc<Inner>) {
         }
     }
     // No more commits: let the deferred thread drain and stop.
-    let mut q = inner.pipeline.deferred.lock();
-    q.shutdown = true;
-    inner.pipeline.deferred_ready.notify_all();
+    inner.pipeline.shutdown_deferred();
 }
 
 /// Make a group durable: data, flush, then one synced metadata write.

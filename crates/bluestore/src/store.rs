@@ -151,9 +151,16 @@ impl BlueStore {
 
 impl Drop for BlueStore {
     fn drop(&mut self) {
+        // The commit thread first (it is `threads[0]`): until it has
+        // drained its queue, commits keep handing deferred writes to the
+        // deferred thread, which must not stop before that. It stops the
+        // deferred thread as it ends; stopping it here again after the join
+        // also covers a commit thread that panicked.
         self.inner.pipeline.shutdown();
-        for t in self.threads.lock().drain(..) {
+        let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
+        for t in threads {
             let _ = t.join();
+            self.inner.pipeline.shutdown_deferred();
         }
     }
 }
@@ -196,14 +203,17 @@ impl ObjectStore for BlueStore {
             let plan = read::plan(oid, &onode, offset, len, inner.shard_size())?;
             let gen = st.read_gen;
             inner.reads.enter(gen);
-            Ok((plan, len, gen))
-        })();
-        Box::pin(async move {
-            let (plan, len, gen) = planned?;
-            let _guard = ReadGuard {
+            // Made here, not in the future: a future dropped before it
+            // ever runs must leave the tracker too, or space released
+            // after it was planned would never be reused.
+            let guard = ReadGuard {
                 inner: inner.clone(),
                 gen,
             };
+            Ok((plan, len, guard))
+        })();
+        Box::pin(async move {
+            let (plan, len, _guard) = planned?;
             let mut out = Vec::with_capacity(len as usize);
             let src = Sources {
                 device: &inner.device,
@@ -334,6 +344,14 @@ impl ObjectStore for BlueStore {
             .kv
             .get(&keys::coll_attr(coll, key))
             .map_err(kv_error)
+    }
+
+    fn perf_dump(&self) -> String {
+        let mut value = serde_json::to_value(self.perf()).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.insert("backend".into(), "bluestore".into());
+        }
+        value.to_string()
     }
 
     fn statfs(&self) -> Result<StoreStats> {

@@ -97,6 +97,50 @@ pub fn with_cluster<T>(ctx: &Context, f: impl AsyncFnOnce(Arc<Cluster>) -> Resul
     })
 }
 
+/// `cairn osd perf N`: ask OSD `N` (found in the map) for its counters.
+pub fn osd_perf(ctx: &Context, id: u32) -> Result<()> {
+    let text = with_cluster(ctx, async |cluster| {
+        let map = cluster.map();
+        let addr = match map.osd_addr(id) {
+            Some(addr) if map.is_up(id) => addr.to_string(),
+            Some(_) => anyhow::bail!("osd.{id} is down"),
+            None => anyhow::bail!("osd.{id} does not exist"),
+        };
+        let hello = cairn_wire::Message::Hello {
+            entity: cairn_types::Entity::Client(cluster.client_id()),
+            fsid: None,
+        };
+        let mut conn = cairn_wire::connect(&addr, hello)
+            .await
+            .with_context(|| format!("cannot reach osd.{id} at {addr}"))?;
+        conn.sender.send(cairn_wire::Message::OsdAdmin {
+            tid: 1,
+            cmd: cairn_wire::OsdAdminCommand::Perf,
+        });
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                match conn.reader.read().await? {
+                    cairn_wire::Message::OsdAdminReply { tid: 1, result } => return Ok(result),
+                    _ => continue,
+                }
+            }
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("osd.{id} did not answer"))?
+        .map_err(|e: cairn_wire::WireError| anyhow::anyhow!("osd.{id}: {e}"))?;
+        reply.map_err(|e| anyhow::anyhow!("osd.{id}: {e}"))
+    })?;
+    let value: Value = serde_json::from_str(&text).context("osd perf reply is not JSON")?;
+    if ctx.json {
+        println!("{value}");
+    } else if let Some(map) = value.as_object() {
+        for (k, v) in map {
+            println!("{k:<28} {v}");
+        }
+    }
+    Ok(())
+}
+
 pub fn mon_command(ctx: &Context, cmd: MonCommand) -> Result<Value> {
     with_cluster(ctx, async move |cluster| {
         Ok(cluster.mon_command(cmd).await?)

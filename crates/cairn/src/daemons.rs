@@ -1,16 +1,17 @@
-//! `cairn mon` and `cairn osd`: run the daemons; also `cairn osd ls|out|in|down`.
+//! `cairn mon` and `cairn osd`: run the daemons; also `cairn osd
+//! mkfs|fsck|perf|ls|out|in|down`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use cairn_config::{Config, StoreKind};
+use cairn_config::Config;
 use cairn_store::ObjectStore;
 use cairn_wire::MonCommand;
 use clap::{Args, Subcommand};
 
-use crate::{admin, conf, Context};
+use crate::{admin, conf, osd_store, Context};
 
 #[derive(Args)]
 pub struct MonArgs {
@@ -43,6 +44,12 @@ pub struct OsdArgs {
 
 #[derive(Subcommand)]
 pub enum OsdCmd {
+    /// Make an OSD's object store.
+    Mkfs(MkfsArgs),
+    /// Check an OSD's BlueStore (the OSD must not be running).
+    Fsck(FsckArgs),
+    /// A running OSD's object-store performance counters.
+    Perf { id: u32 },
     /// List OSDs with their state.
     Ls,
     /// Mark an OSD out: its PGs move elsewhere.
@@ -51,6 +58,66 @@ pub enum OsdCmd {
     In { id: u32 },
     /// Mark an OSD down (it re-boots if alive).
     Down { id: u32 },
+}
+
+#[derive(Args)]
+pub struct MkfsArgs {
+    /// The OSD's id (selects `[osd.N]` options).
+    #[arg(long, default_value_t = 0)]
+    id: u32,
+    /// Directory for the OSD's data.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Object store backend (default: `osd.store`).
+    #[arg(long, value_name = "bluestore|filestore|memory")]
+    store: Option<String>,
+    /// BlueStore data device: a block device or file (created, preallocated,
+    /// if missing). Default: `block` in the directory.
+    #[arg(long, value_name = "PATH")]
+    device: Option<PathBuf>,
+    /// BlueStore: RocksDB directory, e.g. on a faster device.
+    #[arg(long, value_name = "PATH")]
+    db_path: Option<PathBuf>,
+    /// BlueStore: RocksDB write-ahead log directory.
+    #[arg(long, value_name = "PATH")]
+    wal_path: Option<PathBuf>,
+    /// BlueStore: size of a new device file (default `osd.bluestore_block_size`).
+    #[arg(long)]
+    size: Option<String>,
+    /// Overwrite an existing store.
+    #[arg(long)]
+    force: bool,
+    /// Override an option, e.g. `--set osd.bluestore_min_alloc_size=65536` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct FsckArgs {
+    /// The OSD's id (selects `[osd.N]` options).
+    #[arg(long, default_value_t = 0)]
+    id: u32,
+    /// Directory of the OSD's data.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Also read every stored block and verify its checksum.
+    #[arg(long)]
+    deep: bool,
+    /// Return leaked space to the free list.
+    #[arg(long)]
+    repair: bool,
+    /// Override an option (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+/// `memory` is accepted for `memstore`, as the CLI has always said.
+fn store_word(word: &str) -> &str {
+    if word == "memory" {
+        "memstore"
+    } else {
+        word
+    }
 }
 
 /// An async runtime: one thread runs everything (no cross-thread wakeups,
@@ -112,23 +179,12 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
     let mut config = load_with_overrides(ctx, &args.set)?;
     if let Some(store) = &args.store {
         config
-            .set(&format!("osd.{id}.store"), store)
+            .set(&format!("osd.{id}.store"), store_word(store))
             .context("--store")?;
     }
     let osd_conf = config.osd_for(id);
     conf::init_logging(&config.global.log_level);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let store: Arc<dyn ObjectStore> = match osd_conf.store {
-        StoreKind::Memstore => Arc::new(cairn_store::memstore::MemStore::new()),
-        StoreKind::Filestore => {
-            let options = cairn_store::filestore::FileStoreOptions {
-                journal_max_bytes: osd_conf.journal_max_bytes,
-                ..Default::default()
-            };
-            cairn_store::filestore::FileStore::open(&dir.join("store"), options)
-                .with_context(|| format!("cannot open the filestore in {}", dir.display()))?
-        }
-    };
+    let store: Arc<dyn ObjectStore> = osd_store::open(&dir, &osd_conf)?;
     let opts = cairn_osd::OsdOptions {
         id,
         mon_addr: config.global.mon_addr.clone(),
@@ -163,8 +219,68 @@ async fn shutdown_signal() {
     }
 }
 
+fn osd_mkfs(ctx: &Context, args: MkfsArgs) -> Result<()> {
+    let mut config = load_with_overrides(ctx, &args.set)?;
+    if let Some(store) = &args.store {
+        config
+            .set(&format!("osd.{}.store", args.id), store_word(store))
+            .context("--store")?;
+    }
+    let osd_conf = config.osd_for(args.id);
+    let size = args.size.as_deref().map(admin::size_arg).transpose()?;
+    let req = osd_store::MkfsRequest {
+        device: args.device,
+        db_path: args.db_path,
+        wal_path: args.wal_path,
+        size,
+        force: args.force,
+    };
+    let made = osd_store::mkfs(&args.dir, osd_conf.store, &osd_conf, &req)?;
+    if ctx.json {
+        println!("{}", serde_json::json!({ "dir": args.dir, "made": made }));
+    } else {
+        println!("made {made}");
+    }
+    Ok(())
+}
+
+fn osd_fsck(ctx: &Context, args: FsckArgs) -> Result<()> {
+    let config = load_with_overrides(ctx, &args.set)?;
+    let osd_conf = config.osd_for(args.id);
+    let report = osd_store::fsck(&args.dir, &osd_conf, args.deep, args.repair)?;
+    if ctx.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "objects {}  blobs {}  used {}  free {}  leaked {}  repaired {}",
+            report.objects,
+            report.blobs,
+            report.used_bytes,
+            report.free_bytes,
+            report.leaked_bytes,
+            report.repaired_bytes
+        );
+        for e in &report.errors {
+            println!("error: {e}");
+        }
+    }
+    let clean = report.errors.is_empty() && report.leaked_bytes == report.repaired_bytes;
+    if !clean {
+        anyhow::bail!(
+            "{}: {} errors, {} bytes leaked",
+            args.dir.display(),
+            report.errors.len(),
+            report.leaked_bytes - report.repaired_bytes
+        );
+    }
+    Ok(())
+}
+
 fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
     let mon_cmd = match cmd {
+        OsdCmd::Mkfs(args) => return osd_mkfs(ctx, args),
+        OsdCmd::Fsck(args) => return osd_fsck(ctx, args),
+        OsdCmd::Perf { id } => return admin::osd_perf(ctx, id),
         OsdCmd::Ls => MonCommand::OsdLs,
         OsdCmd::Out { id } => MonCommand::OsdOut { id },
         OsdCmd::In { id } => MonCommand::OsdIn { id },

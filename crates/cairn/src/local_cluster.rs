@@ -13,12 +13,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use cairn_config::Config;
+use cairn_config::{Config, StoreKind};
 use cairn_wire::MonCommand;
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
 
-use crate::{admin, Context};
+use crate::{admin, osd_store, Context};
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
@@ -29,8 +29,12 @@ pub enum ClusterCmd {
         #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
         dir: PathBuf,
         /// Object store for the OSDs (first `up` only).
-        #[arg(long, value_name = "filestore|memstore")]
+        #[arg(long, value_name = "bluestore|filestore|memstore")]
         store: Option<String>,
+        /// Set an option in the new cluster's cairn.toml, e.g.
+        /// `--set osd.bluestore_block_size=2G` (first `up` only; repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
         /// PGs in pool `rbd` (first `up` only).
         #[arg(long)]
         pg_num: Option<u32>,
@@ -140,19 +144,36 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
             osds,
             dir,
             store,
+            set,
             pg_num,
             timeout,
-        } => up(ctx, osds, &dir, store, pg_num, Duration::from_secs(timeout)),
+        } => {
+            let fresh = Fresh { store, set };
+            up(
+                ctx,
+                osds,
+                &dir,
+                &fresh,
+                pg_num,
+                Duration::from_secs(timeout),
+            )
+        }
         ClusterCmd::Status { dir } => status(ctx, &dir),
         ClusterCmd::Down { dir } => down(&dir),
     }
+}
+
+/// Settings for a cluster's first `up`.
+struct Fresh {
+    store: Option<String>,
+    set: Vec<String>,
 }
 
 fn up(
     ctx: &Context,
     osds: u32,
     dir: &Path,
-    store: Option<String>,
+    fresh: &Fresh,
     pg_num: Option<u32>,
     timeout: Duration,
 ) -> Result<()> {
@@ -170,12 +191,13 @@ fn up(
     if !conf_path.exists() {
         let mut config = Config::default();
         config.set("global.mon_addr", &format!("127.0.0.1:{}", free_port()?))?;
-        if let Some(store) = &store {
+        if let Some(store) = &fresh.store {
             config.set("osd.store", store).context("--store")?;
         }
+        config.set_args(&fresh.set)?;
         std::fs::write(&conf_path, config.to_toml())?;
     }
-    Config::load(&conf_path)?;
+    let config = Config::load(&conf_path)?;
     let conf_arg = conf_path.display().to_string();
     let mut state = load_state(&dir)?;
     state.daemons.retain(is_running);
@@ -192,6 +214,13 @@ fn up(
     }
     for id in 0..osds {
         let name = format!("osd.{id}");
+        let osd_dir = dir.join(&name);
+        let osd_conf = config.osd_for(id);
+        if osd_conf.store == StoreKind::Bluestore && osd_store::recorded_kind(&osd_dir)?.is_none() {
+            let req = osd_store::MkfsRequest::default();
+            osd_store::mkfs(&osd_dir, osd_conf.store, &osd_conf, &req)
+                .with_context(|| format!("{name}: mkfs"))?;
+        }
         if !running(&state, &name) {
             let args = vec![
                 "osd".into(),

@@ -8,6 +8,7 @@ mod conf;
 mod daemons;
 mod local_cluster;
 mod nbd;
+mod osd_store;
 mod output;
 
 use std::path::PathBuf;

@@ -16,6 +16,7 @@
 
 mod error;
 mod options;
+mod values;
 
 #[cfg(test)]
 mod tests;
@@ -28,8 +29,11 @@ use toml::{Table, Value};
 
 pub use error::ConfigError;
 pub use options::{
-    options, ClientConfig, GlobalConfig, MonConfig, OptionDoc, OsdConfig, StoreKind, LOG_LEVELS,
+    options, ClientConfig, GlobalConfig, MonConfig, OptionDoc, OsdConfig, LOG_LEVELS,
     OBJECT_SIZE_RANGE,
+};
+pub use values::{
+    ChecksumKind, CompressionAlgorithmKind, CompressionModeKind, IoEngineKind, Ratio, StoreKind,
 };
 
 use options::{describe, FieldError, Raw, Section};
@@ -266,7 +270,26 @@ impl Config {
             Ok(())
         };
         check_interval("osd.heartbeat_interval_ms", &self.osd)?;
+        let check_cache = |key: &str, osd: &OsdConfig| {
+            let (meta, kv) = (
+                osd.bluestore_cache_meta_ratio.get(),
+                osd.bluestore_cache_kv_ratio.get(),
+            );
+            if meta + kv > 1.0 {
+                return Err(invalid(
+                    origin,
+                    key,
+                    format!("plus bluestore_cache_meta_ratio ({meta}) must not exceed 1, got {kv}"),
+                ));
+            }
+            Ok(())
+        };
+        check_cache("osd.bluestore_cache_kv_ratio", &self.osd)?;
         for (id, o) in &self.osd_overrides {
+            check_cache(
+                &format!("osd.{id}.bluestore_cache_kv_ratio"),
+                &self.osd_for(*id),
+            )?;
             if let Err((key, reason)) = o.values.check() {
                 if o.keys.contains(key) {
                     return Err(invalid(origin, &format!("osd.{id}.{key}"), reason));

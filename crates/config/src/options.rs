@@ -3,12 +3,15 @@
 //! [`render_defaults`](crate::render_defaults)) together, so no option can
 //! exist without all of them.
 
-use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
+
+pub(crate) use crate::values::{describe, OptValue, Raw};
+use crate::values::{
+    ChecksumKind, CompressionAlgorithmKind, CompressionModeKind, IoEngineKind, Ratio, StoreKind,
+};
 
 /// Documentation of one option, as listed by [`options`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -39,198 +42,6 @@ pub fn options() -> Vec<OptionDoc> {
     all.extend(OsdConfig::docs());
     all.extend(ClientConfig::docs());
     all
-}
-
-/// The object store an OSD uses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StoreKind {
-    /// Durable store on the local file system, with a journal.
-    #[default]
-    Filestore,
-    /// Volatile in-memory store, for tests.
-    Memstore,
-}
-
-impl StoreKind {
-    /// The name used in `cairn.toml`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StoreKind::Filestore => "filestore",
-            StoreKind::Memstore => "memstore",
-        }
-    }
-}
-
-impl fmt::Display for StoreKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for StoreKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "filestore" => Ok(StoreKind::Filestore),
-            "memstore" => Ok(StoreKind::Memstore),
-            _ => Err(format!("expected one of filestore|memstore, got {s:?}")),
-        }
-    }
-}
-
-/// A raw value for an option: from a TOML file or from a command-line override.
-#[derive(Clone, Copy)]
-pub(crate) enum Raw<'a> {
-    Toml(&'a Value),
-    Arg(&'a str),
-}
-
-/// How a value of an option type is read, written and described.
-pub(crate) trait OptValue: Sized {
-    /// The type name shown in [`OptionDoc::kind`].
-    const KIND: &'static str;
-    fn from_toml(v: &Value) -> Result<Self, String>;
-    fn from_arg(s: &str) -> Result<Self, String>;
-    /// The TOML form. Integers above `i64::MAX` (not representable in TOML,
-    /// and rejected by validation) are written as `i64::MAX`.
-    fn to_toml(&self) -> Value;
-    /// Whether the value can be written to TOML at all.
-    fn representable(&self) -> Result<(), String> {
-        Ok(())
-    }
-    fn parse(raw: Raw<'_>) -> Result<Self, String> {
-        match raw {
-            Raw::Toml(v) => Self::from_toml(v),
-            Raw::Arg(s) => Self::from_arg(s),
-        }
-    }
-}
-
-/// A TOML value as shown in error messages.
-pub(crate) fn describe(v: &Value) -> String {
-    match v {
-        Value::Table(_) => "a table".to_string(),
-        Value::Array(_) => "an array".to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// Reads an unsigned integer no larger than `max`.
-fn unsigned(raw: Result<i64, String>, max: u64) -> Result<u64, String> {
-    let expected = if max == i64::MAX as u64 {
-        "expected an unsigned integer".to_string()
-    } else {
-        format!("expected an unsigned integer up to {max}")
-    };
-    match raw {
-        Ok(i) if i >= 0 && i as u64 <= max => Ok(i as u64),
-        Ok(i) => Err(format!("{expected}, got {i}")),
-        Err(got) => Err(format!("{expected}, got {got}")),
-    }
-}
-
-fn toml_int(v: &Value) -> Result<i64, String> {
-    match v {
-        Value::Integer(i) => Ok(*i),
-        other => Err(describe(other)),
-    }
-}
-
-fn arg_int(s: &str) -> Result<i64, String> {
-    match s.parse::<i64>() {
-        Ok(i) => Ok(i),
-        // A number too large for TOML: show it as a number, not a string.
-        Err(_) if s.parse::<u64>().is_ok() => Err(s.to_string()),
-        Err(_) => Err(format!("{s:?}")),
-    }
-}
-
-impl OptValue for u64 {
-    const KIND: &'static str = "u64";
-    fn from_toml(v: &Value) -> Result<Self, String> {
-        unsigned(toml_int(v), i64::MAX as u64)
-    }
-    fn from_arg(s: &str) -> Result<Self, String> {
-        unsigned(arg_int(s), i64::MAX as u64)
-    }
-    fn to_toml(&self) -> Value {
-        Value::Integer(i64::try_from(*self).unwrap_or(i64::MAX))
-    }
-    fn representable(&self) -> Result<(), String> {
-        match i64::try_from(*self) {
-            Ok(_) => Ok(()),
-            Err(_) => Err(format!("must be at most {}, got {self}", i64::MAX)),
-        }
-    }
-}
-
-impl OptValue for u32 {
-    const KIND: &'static str = "u32";
-    fn from_toml(v: &Value) -> Result<Self, String> {
-        unsigned(toml_int(v), u32::MAX.into()).map(|u| u as u32)
-    }
-    fn from_arg(s: &str) -> Result<Self, String> {
-        unsigned(arg_int(s), u32::MAX.into()).map(|u| u as u32)
-    }
-    fn to_toml(&self) -> Value {
-        Value::Integer((*self).into())
-    }
-}
-
-impl OptValue for bool {
-    const KIND: &'static str = "bool";
-    fn from_toml(v: &Value) -> Result<Self, String> {
-        match v {
-            Value::Boolean(b) => Ok(*b),
-            other => Err(format!("expected true or false, got {}", describe(other))),
-        }
-    }
-    fn from_arg(s: &str) -> Result<Self, String> {
-        match s {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(format!("expected true or false, got {s:?}")),
-        }
-    }
-    fn to_toml(&self) -> Value {
-        Value::Boolean(*self)
-    }
-}
-
-impl OptValue for String {
-    const KIND: &'static str = "string";
-    fn from_toml(v: &Value) -> Result<Self, String> {
-        match v {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(format!("expected a string, got {}", describe(other))),
-        }
-    }
-    fn from_arg(s: &str) -> Result<Self, String> {
-        Ok(s.to_string())
-    }
-    fn to_toml(&self) -> Value {
-        Value::String(self.clone())
-    }
-}
-
-impl OptValue for StoreKind {
-    const KIND: &'static str = "filestore|memstore";
-    fn from_toml(v: &Value) -> Result<Self, String> {
-        match v {
-            Value::String(s) => s.parse(),
-            other => Err(format!(
-                "expected one of filestore|memstore, got {}",
-                describe(other)
-            )),
-        }
-    }
-    fn from_arg(s: &str) -> Result<Self, String> {
-        s.parse()
-    }
-    fn to_toml(&self) -> Value {
-        Value::String(self.as_str().to_string())
-    }
 }
 
 // ------------------------------------------------------------- validators
@@ -280,6 +91,41 @@ fn object_size(v: &u64) -> Result<(), String> {
         Err(format!(
             "must be a power of two from {min} (4 KiB) to {max} (64 MiB), got {v}"
         ))
+    }
+}
+
+fn at_least_16m(v: &u64) -> Result<(), String> {
+    if *v >= 16 << 20 {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be at least {} (16 MiB), got {v}",
+            16u64 << 20
+        ))
+    }
+}
+
+fn at_least_4k(v: &u64) -> Result<(), String> {
+    if *v >= 4096 {
+        Ok(())
+    } else {
+        Err(format!("must be at least 4096, got {v}"))
+    }
+}
+
+fn alloc_unit(v: &u64) -> Result<(), String> {
+    if v.is_power_of_two() && *v >= 4096 {
+        Ok(())
+    } else {
+        Err(format!("must be a power of two of at least 4096, got {v}"))
+    }
+}
+
+fn shard_size(v: &u64) -> Result<(), String> {
+    if *v >= 4096 && *v <= 64 << 20 && v % 4096 == 0 {
+        Ok(())
+    } else {
+        Err(format!("must be a multiple of 4096 up to 64 MiB, got {v}"))
     }
 }
 
@@ -432,8 +278,9 @@ section! {
         /// Interval between heartbeats to the monitor, in milliseconds (at
         /// least 1).
         heartbeat_interval_ms: u64 = 1000, check at_least_one;
-        /// Object store backend: filestore (durable) or memstore (volatile,
-        /// for tests).
+        /// Object store backend: bluestore (data on a raw device or a
+        /// preallocated file, metadata in RocksDB), filestore (a file per
+        /// object with a journal) or memstore (volatile, for tests).
         store: StoreKind = StoreKind::Filestore, check any;
         /// Filestore journal size, in bytes, that triggers a checkpoint (at
         /// least 1).
@@ -444,6 +291,67 @@ section! {
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.
         worker_threads: u32 = 1, check at_least_one;
+        /// BlueStore: the data device, a block device or a preallocated
+        /// file. Empty: `block` in the OSD's directory.
+        bluestore_block_path: String = String::new(), check any;
+        /// BlueStore: size in bytes of the file `cairn osd mkfs` creates
+        /// when the data device does not exist (at least 16 MiB).
+        bluestore_block_size: u64 = 4 << 30, check at_least_16m;
+        /// BlueStore: RocksDB directory. Empty: `db` in the OSD's
+        /// directory.
+        bluestore_db_path: String = String::new(), check any;
+        /// BlueStore: directory for RocksDB's write-ahead log, e.g. on a
+        /// faster device. Empty: inside the database directory.
+        bluestore_wal_path: String = String::new(), check any;
+        /// BlueStore: allocation unit in bytes, fixed at mkfs: a power of
+        /// two, at least 4096.
+        bluestore_min_alloc_size: u64 = 4096, check alloc_unit;
+        /// BlueStore: bytes of an object mapped by one extent-map shard
+        /// (one RocksDB entry), fixed at mkfs: a multiple of
+        /// `bluestore_min_alloc_size`, at most 64 MiB.
+        bluestore_extent_shard_size: u64 = 256 << 10, check shard_size;
+        /// BlueStore: overwrites of allocated space up to this many bytes
+        /// go through the RocksDB WAL (deferred) instead of new space; 0
+        /// sends every write to new space.
+        bluestore_deferred_max_bytes: u64 = 64 << 10, check any;
+        /// BlueStore: checksum of stored data, verified on every read.
+        bluestore_csum_type: ChecksumKind = ChecksumKind::Crc32c, check any;
+        /// BlueStore: when to compress. Without client hints (not sent
+        /// yet) passive compresses nothing and aggressive everything.
+        bluestore_compression_mode: CompressionModeKind = CompressionModeKind::None,
+            check any;
+        /// BlueStore: compression algorithm.
+        bluestore_compression_algorithm: CompressionAlgorithmKind =
+            CompressionAlgorithmKind::Lz4, check any;
+        /// BlueStore: keep compressed data only if it takes at most this
+        /// share of the raw size.
+        bluestore_compression_required_ratio: Ratio = Ratio(0.875), check any;
+        /// BlueStore: writes smaller than this many bytes are not
+        /// compressed.
+        bluestore_compression_min_blob_size: u64 = 8 << 10, check any;
+        /// BlueStore: a compressed blob holds at most this many raw bytes
+        /// (at least 4096).
+        bluestore_compression_max_blob_size: u64 = 64 << 10, check at_least_4k;
+        /// BlueStore: bytes of the onode, data and RocksDB block caches
+        /// together.
+        bluestore_cache_size: u64 = 128 << 20, check any;
+        /// BlueStore: share of the cache for onodes (object metadata).
+        bluestore_cache_meta_ratio: Ratio = Ratio(0.4), check any;
+        /// BlueStore: share of the cache for RocksDB's block cache; the
+        /// rest (1 - meta - kv) caches data.
+        bluestore_cache_kv_ratio: Ratio = Ratio(0.2), check any;
+        /// BlueStore: resize the onode and data caches to keep the OSD's
+        /// memory near `memory_target`.
+        bluestore_cache_autotune: bool = false, check any;
+        /// Memory in bytes the OSD aims to stay within when cache
+        /// autotuning is on.
+        memory_target: u64 = 512 << 20, check at_least_16m;
+        /// BlueStore: a RocksDB options string (`key=value` pairs separated
+        /// by `,` or `;`), applied verbatim; `compaction_threads` and
+        /// `flusher_threads` size RocksDB's thread pools.
+        bluestore_rocksdb_options: String = String::new(), check any;
+        /// BlueStore: how device I/O is submitted.
+        bluestore_io_engine: IoEngineKind = IoEngineKind::Uring, check any;
     }
 }
 

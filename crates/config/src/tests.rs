@@ -138,8 +138,18 @@ fn bad_types_are_rejected_naming_the_key() {
     assert!(err("[mon]\nosd_down_on_disconnect = \"yes\"\n")
         .contains("'mon.osd_down_on_disconnect': expected true or false"));
     assert!(err("[global]\nmon_addr = 6789\n").contains("expected a string, got 6789"));
-    assert!(err("[osd]\nstore = \"bluestore\"\n")
-        .contains("'osd.store': expected one of filestore|memstore, got \"bluestore\""));
+    assert!(err("[osd]\nstore = \"bluestor\"\n")
+        .contains("'osd.store': expected one of bluestore|filestore|memstore, got \"bluestor\""));
+    assert!(err("[osd]\nbluestore_csum_type = \"md5\"\n")
+        .contains("'osd.bluestore_csum_type': expected one of crc32c|xxhash64|none"));
+    assert!(err("[osd]\nbluestore_cache_kv_ratio = 1.5\n")
+        .contains("'osd.bluestore_cache_kv_ratio': expected a number from 0 to 1, got 1.5"));
+    assert!(
+        err("[osd]\nbluestore_cache_kv_ratio = 0.5\nbluestore_cache_meta_ratio = 0.6\n")
+            .contains("'osd.bluestore_cache_kv_ratio': plus bluestore_cache_meta_ratio (0.6)")
+    );
+    assert!(err("[osd]\nbluestore_min_alloc_size = 3000\n")
+        .contains("'osd.bluestore_min_alloc_size': must be a power of two"));
     assert!(err("[osd.2]\nworker_threads = 1.5\n").contains("'osd.2.worker_threads'"));
     assert!(err("[client]\nmax_inflight_ops = [1]\n").contains("got an array"));
     assert!(err("[osd]\nstore = { a = 1 }\n").contains("'osd.store'"));
@@ -326,7 +336,18 @@ fn options_list_matches_serialized_defaults_exactly() {
         assert_eq!(opt.default, value.to_string(), "{}", opt.key());
     }
     let kinds: BTreeSet<_> = docs.iter().map(|o| o.kind).collect();
-    let expected = BTreeSet::from(["u64", "u32", "bool", "string", "filestore|memstore"]);
+    let expected = BTreeSet::from([
+        "u64",
+        "u32",
+        "bool",
+        "string",
+        "ratio",
+        "bluestore|filestore|memstore",
+        "crc32c|xxhash64|none",
+        "none|passive|aggressive|force",
+        "lz4|zstd|snappy",
+        "uring|threads",
+    ]);
     assert_eq!(kinds, expected);
     // The serde derive on each section agrees with the field list.
     let osd = toml::Table::try_from(OsdConfig::default()).unwrap();

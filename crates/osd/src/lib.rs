@@ -159,6 +159,12 @@ impl Osd {
                 Message::Ping { nonce } => {
                     conn.sender.send(Message::Pong { nonce });
                 }
+                Message::OsdAdmin { tid, cmd } => {
+                    let result = match cmd {
+                        cairn_wire::OsdAdminCommand::Perf => Ok(self.store.perf_dump()),
+                    };
+                    conn.sender.send(Message::OsdAdminReply { tid, result });
+                }
                 other => {
                     if let Entity::Osd(from) = entity {
                         self.handle_peer_request(from, other, &conn.sender);

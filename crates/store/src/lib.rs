@@ -211,6 +211,12 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn coll_get_attr(&self, coll: Collection, key: &str) -> Result<Option<Vec<u8>>>;
 
     fn statfs(&self) -> Result<StoreStats>;
+
+    /// The backend's performance counters as a JSON object (`{}` if it
+    /// keeps none), for `cairn osd perf`.
+    fn perf_dump(&self) -> String {
+        "{}".to_string()
+    }
 }
 
 impl std::fmt::Debug for dyn ObjectStore {

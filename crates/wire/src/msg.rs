@@ -102,6 +102,24 @@ pub enum Message {
         tid: u64,
         result: Result<(), String>,
     },
+
+    // ----- admin ↔ OSD -----
+    OsdAdmin {
+        tid: u64,
+        cmd: OsdAdminCommand,
+    },
+    /// The reply to [`Message::OsdAdmin`]: JSON, or an error message.
+    OsdAdminReply {
+        tid: u64,
+        result: Result<String, String>,
+    },
+}
+
+/// Administrative requests to one OSD. Replies carry JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdAdminCommand {
+    /// The object store's performance counters.
+    Perf,
 }
 
 /// Administrative requests to the monitor. Replies carry JSON.

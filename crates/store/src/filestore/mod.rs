@@ -313,6 +313,14 @@ impl Drop for FileStore {
 }
 
 impl ObjectStore for FileStore {
+    fn perf_dump(&self) -> String {
+        let s = self.stats();
+        format!(
+            "{{\"backend\":\"filestore\",\"transactions\":{},\"batches\":{},\"checkpoints\":{},\"checkpoint_stalls\":{},\"replayed\":{}}}",
+            s.transactions, s.batches, s.checkpoints, s.checkpoint_stalls, s.replayed
+        )
+    }
+
     fn submit(&self, txn: Transaction) -> Result<Commit> {
         txn.validate()?;
         if let Some(err) = self.shared.failed_error() {
