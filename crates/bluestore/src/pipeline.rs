@@ -44,6 +44,14 @@ use crate::state::Inner;
 const MAX_GROUP: usize = 512;
 /// Most bytes of deferred writes applied in one round.
 const MAX_DEFERRED_ROUND: u64 = 32 << 20;
+/// A round starts once this many bytes of deferred writes are queued...
+const DEFERRED_BATCH_BYTES: u64 = 1 << 20;
+/// ...or the first queued record has waited this long.
+const DEFERRED_BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
+fn queued_bytes(items: &VecDeque<DeferredRecord>) -> u64 {
+    items.iter().map(|r| r.writes.len() as u64 * BLOCK).sum()
+}
 
 /// Deferred writes of one transaction: `(device offset, block, pin)`.
 pub(crate) struct DeferredRecord {
@@ -224,6 +232,15 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             }
             if q.items.is_empty() {
                 return;
+            }
+            // Gather a batch: every round costs a device flush, so apply
+            // once enough has queued or the oldest record has waited long
+            // enough, whichever is first.
+            let deadline = Instant::now() + DEFERRED_BATCH_WAIT;
+            while !q.shutdown && queued_bytes(&q.items) < DEFERRED_BATCH_BYTES {
+                if inner.pipeline.deferred_ready.wait_until(&mut q, deadline).timed_out() {
+                    break;
+                }
             }
             let mut bytes = 0;
             let mut n = 0;
