@@ -8,7 +8,10 @@ bash scripts/deps.sh
 cargo build --workspace --all-targets
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
+  # The cluster tests again on the other durable backend (BlueStore is the default).
+  CAIRN_TEST_STORE=filestore cargo nextest run -p cairn --no-fail-fast
 else
   cargo test --workspace --no-fail-fast
+  CAIRN_TEST_STORE=filestore cargo test -p cairn --no-fail-fast
 fi
 cargo test --workspace --doc

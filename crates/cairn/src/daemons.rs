@@ -35,7 +35,7 @@ pub struct OsdArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Object store backend (overrides `osd.store`).
-    #[arg(long, value_name = "filestore|memstore")]
+    #[arg(long, value_name = "bluestore|filestore|memstore")]
     store: Option<String>,
     /// Override an option, e.g. `--set osd.heartbeat_interval_ms=500` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]

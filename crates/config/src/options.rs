@@ -281,7 +281,7 @@ section! {
         /// Object store backend: bluestore (data on a raw device or a
         /// preallocated file, metadata in RocksDB), filestore (a file per
         /// object with a journal) or memstore (volatile, for tests).
-        store: StoreKind = StoreKind::Filestore, check any;
+        store: StoreKind = StoreKind::Bluestore, check any;
         /// Filestore journal size, in bytes, that triggers a checkpoint (at
         /// least 1).
         journal_max_bytes: u64 = 256 << 20, check at_least_one;

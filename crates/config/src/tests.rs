@@ -30,7 +30,7 @@ fn defaults_match_the_documented_values() {
     assert_eq!(c.mon.pool_default_min_size, 2);
     assert_eq!(c.osd.bind_addr, "127.0.0.1:0");
     assert_eq!(c.osd.heartbeat_interval_ms, 1000);
-    assert_eq!(c.osd.store, StoreKind::Filestore);
+    assert_eq!(c.osd.store, StoreKind::Bluestore);
     assert_eq!(c.osd.journal_max_bytes, 268_435_456);
     assert_eq!(c.osd.pg_log_max_entries, 3000);
     assert_eq!(c.osd.worker_threads, 1);
@@ -93,7 +93,7 @@ fn osd_overrides_merge_over_osd_section() {
     assert_eq!(one.worker_threads, 4, "unset keys come from [osd]");
     let two = c.osd_for(2);
     assert_eq!(two, c.osd);
-    assert_eq!(two.store, StoreKind::Filestore);
+    assert_eq!(two.store, StoreKind::Bluestore);
     // A later change to [osd] shows through keys the override does not set.
     let mut c = c;
     c.osd.worker_threads = 6;
@@ -252,7 +252,7 @@ fn set_paths() {
     assert_eq!(c.osd.heartbeat_interval_ms, 500);
     assert_eq!(c.osd_for(3).store, StoreKind::Memstore);
     assert_eq!(c.osd_for(3).heartbeat_interval_ms, 500);
-    assert_eq!(c.osd_for(4).store, StoreKind::Filestore);
+    assert_eq!(c.osd_for(4).store, StoreKind::Bluestore);
     assert_eq!(c.global.mon_addr, "192.168.1.1:6789");
     assert!(!c.mon.osd_down_on_disconnect);
     assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);

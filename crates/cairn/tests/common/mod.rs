@@ -19,7 +19,7 @@ pub struct TestCluster {
 }
 
 impl TestCluster {
-    /// Start a monitor and `osds` OSDs (filestore) with pool `rbd` of 16 PGs.
+    /// Start a monitor and `osds` OSDs with pool `rbd` of 16 PGs.
     pub fn up(osds: u32) -> Self {
         Self::up_with(osds, &["--pg-num", "16"])
     }
@@ -32,6 +32,14 @@ impl TestCluster {
         let cluster = TestCluster { dir, osds };
         let n = osds.to_string();
         let mut args = vec!["cluster", "up", "--osds", &n, "--timeout", "60"];
+        // `CAIRN_TEST_STORE=bluestore|filestore|memstore` runs every
+        // cluster test on that backend (BlueStore devices are kept small).
+        let store = std::env::var("CAIRN_TEST_STORE").ok();
+        if let Some(store) = store.as_deref().filter(|_| !extra.contains(&"--store")) {
+            args.extend_from_slice(&["--store", store]);
+        }
+        args.extend_from_slice(&["--set", "osd.bluestore_block_size=536870912"]);
+        args.extend_from_slice(&["--set", "osd.bluestore_cache_size=33554432"]);
         args.extend_from_slice(extra);
         let dir_arg = cluster.dir.path().display().to_string();
         args.extend_from_slice(&["--dir", &dir_arg]);
