@@ -118,7 +118,51 @@ fn link(link: &Path, target: &Path) -> Result<()> {
         .with_context(|| format!("cannot link {} to {}", link.display(), target.display()))
 }
 
+/// Files and links a failed mkfs made, removed so that it changes nothing.
+struct Undo {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    armed: bool,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
 fn mkfs_bluestore(dir: &Path, conf: &OsdConfig, req: &MkfsRequest) -> Result<String> {
+    let mut undo = Undo {
+        files: Vec::new(),
+        dirs: Vec::new(),
+        armed: true,
+    };
+    let made = mkfs_bluestore_steps(dir, conf, req, &mut undo)?;
+    undo.armed = false;
+    Ok(made)
+}
+
+fn mkfs_bluestore_steps(
+    dir: &Path,
+    conf: &OsdConfig,
+    req: &MkfsRequest,
+    undo: &mut Undo,
+) -> Result<String> {
+    let size = req.size.unwrap_or(conf.bluestore_block_size);
+    if size < cairn_bluestore::MIN_DEVICE_BYTES {
+        bail!(
+            "a device of {size} bytes is too small (at least {} bytes)",
+            cairn_bluestore::MIN_DEVICE_BYTES
+        );
+    }
     let mut paths = blue_paths(dir, conf);
     for (name, given) in [
         ("block", &req.device),
@@ -129,6 +173,7 @@ fn mkfs_bluestore(dir: &Path, conf: &OsdConfig, req: &MkfsRequest) -> Result<Str
             let target = std::path::absolute(target)
                 .with_context(|| format!("bad path {}", target.display()))?;
             link(&dir.join(name), &target)?;
+            undo.files.push(dir.join(name));
             match name {
                 "block" => paths.block = target,
                 "db" => paths.db = target,
@@ -136,9 +181,9 @@ fn mkfs_bluestore(dir: &Path, conf: &OsdConfig, req: &MkfsRequest) -> Result<Str
             }
         }
     }
-    let size = req.size.unwrap_or(conf.bluestore_block_size);
     if !paths.block.exists() {
         FileDevice::create_file(&paths.block, size)?;
+        undo.files.push(paths.block.clone());
     } else if req.size.is_some() && paths.block.is_file() {
         bail!(
             "{} exists: --size applies only to a new file",
@@ -155,6 +200,12 @@ fn mkfs_bluestore(dir: &Path, conf: &OsdConfig, req: &MkfsRequest) -> Result<Str
             "{} already holds a database (use --force to overwrite)",
             paths.db.display()
         );
+    }
+    if !paths.db.exists() {
+        undo.dirs.push(paths.db.clone());
+    }
+    if let Some(wal) = paths.wal.as_ref().filter(|w| !w.exists()) {
+        undo.dirs.push(wal.clone());
     }
     let kv = open_kv(&paths, conf, true)?;
     let opts = MkfsOptions {

@@ -1,0 +1,218 @@
+//! `cairn osd mkfs|fsck|perf` and the store an OSD directory holds: made,
+//! refused (too small, already formatted, foreign data, wrong type),
+//! checked, and counted in a running cluster. Every refusal is one line on
+//! stderr with a non-zero exit and changes nothing.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{TestCluster, CAIRN};
+use serde_json::Value;
+
+/// Run `cairn ARGS` with no configuration file (defaults apply).
+fn cairn(args: &[&str]) -> Output {
+    Command::new(CAIRN)
+        .args(args)
+        .env_remove("CAIRN_CONF")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("run cairn")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = cairn(args);
+    assert!(
+        out.status.success(),
+        "cairn {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Must fail with exactly one line on stderr; returns it.
+fn fails(args: &[&str]) -> String {
+    let out = cairn(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "cairn {args:?} should have failed");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+    err
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn mkfs(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["osd".to_string(), "mkfs".into(), "--dir".into(), s(dir)];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn mkfs_makes_and_refuses_clearly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("osd.0");
+    let small = mkfs(&dir, &["--store", "bluestore", "--size", "1M"]);
+    let err = fails(&args(&small));
+    assert!(err.contains("too small"), "{err}");
+    assert!(!dir.join("block").exists(), "a refused mkfs leaves nothing behind");
+
+    let made = mkfs(&dir, &["--store", "bluestore", "--size", "64M"]);
+    let out = ok(&args(&made));
+    assert!(out.contains("made a bluestore"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("type")).unwrap().trim(),
+        "bluestore"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.join("block")).unwrap().len(),
+        64 << 20
+    );
+    let label = std::fs::read(dir.join("block")).unwrap();
+    assert_eq!(&label[..8], b"CAIRNBS1");
+
+    // Already formatted: refused, nothing changed.
+    let err = fails(&args(&mkfs(&dir, &["--store", "bluestore"])));
+    assert!(
+        err.contains("already holds a bluestore") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("block")).unwrap()[..4096],
+        label[..4096]
+    );
+    let err = fails(&args(&mkfs(&dir, &["--store", "filestore"])));
+    assert!(err.contains("already holds a bluestore"), "{err}");
+    // Forced: a new store (a new id in the label).
+    ok(&args(&mkfs(&dir, &["--store", "bluestore", "--force"])));
+    assert_ne!(std::fs::read(dir.join("block")).unwrap()[..64], label[..64]);
+
+    // A device holding foreign data is refused without --force.
+    let foreign = tmp.path().join("foreign.img");
+    std::fs::write(&foreign, vec![0x5au8; 32 << 20]).unwrap();
+    let other = tmp.path().join("osd.1");
+    let cmd = mkfs(&other, &["--store", "bluestore", "--device", &s(&foreign)]);
+    let err = fails(&args(&cmd));
+    assert!(err.contains("not a Cairn store"), "{err}");
+    assert!(std::fs::read(&foreign).unwrap().iter().all(|&b| b == 0x5a));
+
+    // A device in a directory that does not exist.
+    let missing = tmp.path().join("no/such/dir/block");
+    let cmd = mkfs(&tmp.path().join("osd.2"), &["--device", &s(&missing)]);
+    let err = fails(&args(&cmd));
+    assert!(err.contains("no/such/dir"), "{err}");
+
+    // Bad words are named.
+    let err = fails(&args(&mkfs(&tmp.path().join("osd.3"), &["--store", "zfs"])));
+    assert!(
+        err.contains("zfs") && err.contains("bluestore|filestore|memstore"),
+        "{err}"
+    );
+    let bad_unit = ["--set", "osd.bluestore_min_alloc_size=3000"];
+    let err = fails(&args(&mkfs(&tmp.path().join("osd.4"), &bad_unit)));
+    assert!(err.contains("osd.bluestore_min_alloc_size"), "{err}");
+}
+
+#[test]
+fn separate_db_and_wal_paths_and_fsck() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("osd.0");
+    let db = tmp.path().join("fast/db");
+    let wal = tmp.path().join("fast/wal");
+    let made = mkfs(
+        &dir,
+        &[
+            "--size",
+            "64M",
+            "--db-path",
+            &s(&db),
+            "--wal-path",
+            &s(&wal),
+        ],
+    );
+    ok(&args(&made));
+    assert!(db.join("CURRENT").exists(), "RocksDB is in --db-path");
+    assert_eq!(std::fs::read_link(dir.join("db")).unwrap(), db);
+    assert_eq!(std::fs::read_link(dir.join("wal")).unwrap(), wal);
+    let logs = std::fs::read_dir(&wal)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count();
+    assert!(logs > 0, "the WAL is in --wal-path");
+
+    let out = ok(&["--json", "osd", "fsck", "--dir", &s(&dir), "--deep"]);
+    let report: Value = serde_json::from_str(&out).expect("fsck JSON");
+    assert_eq!(report["errors"], serde_json::json!([]), "{report}");
+    assert_eq!(report["leaked_bytes"], 0, "{report}");
+    assert!(
+        report["free_bytes"].as_u64().unwrap() > 60 << 20,
+        "{report}"
+    );
+
+    // fsck of a directory holding another store, or none.
+    let fs_dir = tmp.path().join("osd.fs");
+    ok(&args(&mkfs(&fs_dir, &["--store", "filestore"])));
+    let err = fails(&["osd", "fsck", "--dir", &s(&fs_dir)]);
+    assert!(err.contains("holds a filestore"), "{err}");
+    let err = fails(&["osd", "fsck", "--dir", &s(&tmp.path().join("empty"))]);
+    assert!(err.contains("holds no store"), "{err}");
+}
+
+#[test]
+fn an_osd_refuses_a_directory_holding_another_store() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("osd.0");
+    ok(&args(&mkfs(&dir, &["--store", "filestore"])));
+    // The default store is bluestore: the daemon must not start on it.
+    let err = fails(&["osd", "--id", "0", "--dir", &s(&dir)]);
+    assert!(
+        err.contains("holds a filestore but osd.store is bluestore"),
+        "{err}"
+    );
+    let fresh = tmp.path().join("osd.1");
+    let err = fails(&["osd", "--id", "1", "--dir", &s(&fresh)]);
+    assert!(err.contains("cairn osd mkfs"), "{err}");
+}
+
+#[test]
+fn perf_counters_of_a_running_osd() {
+    let cluster = TestCluster::up_with(3, &["--pg-num", "8", "--store", "bluestore"]);
+    cluster.ok(&["image", "create", "rbd/p", "--size", "8M"]);
+    let out = cluster.ok(&[
+        "bench",
+        "--image",
+        "rbd/p",
+        "--rw",
+        "randwrite",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--runtime",
+        "1",
+        "--ramp",
+        "0",
+    ]);
+    assert!(out.contains("write"), "{out}");
+    let perf: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "osd", "perf", "0"])).expect("perf JSON");
+    assert_eq!(perf["backend"], "bluestore", "{perf}");
+    assert!(perf["transactions"].as_u64().unwrap() > 0, "{perf}");
+    assert!(perf["kv_commits"].as_u64().unwrap() > 0, "{perf}");
+    let writes =
+        perf["deferred_writes"].as_u64().unwrap() + perf["direct_writes"].as_u64().unwrap();
+    assert!(writes > 0, "{perf}");
+    let table = cluster.ok(&["osd", "perf", "1"]);
+    assert!(table.contains("kv_commit_mean_us"), "{table}");
+    let err = cluster.fails(&["osd", "perf", "9"]);
+    assert!(err.contains("osd.9 does not exist"), "{err}");
+}
