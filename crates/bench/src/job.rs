@@ -240,13 +240,27 @@ pub(crate) async fn precondition<V: Volume>(
     region: u64,
     seed: u64,
 ) -> Result<(), BenchError> {
+    fill(volume, region, PRECONDITION_BS, PRECONDITION_IODEPTH, seed).await
+}
+
+/// Write the first `region` bytes of `volume` in order, in blocks of `bs`
+/// (the last one shorter if `region` is not a multiple) with `iodepth` in
+/// flight, all carrying the same random non-zero data. `bs` and `iodepth`
+/// must be positive.
+pub(crate) async fn fill<V: Volume>(
+    volume: Arc<V>,
+    region: u64,
+    bs: u64,
+    iodepth: usize,
+    seed: u64,
+) -> Result<(), BenchError> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let chunk = PRECONDITION_BS.min(region);
+    let chunk = bs.min(region);
     let data = random_data(chunk, &mut rng);
     let mut in_flight = JoinSet::new();
     let mut offset = 0;
     loop {
-        while offset < region && in_flight.len() < PRECONDITION_IODEPTH {
+        while offset < region && in_flight.len() < iodepth {
             let len = chunk.min(region - offset);
             let buf = data.slice(..len as usize);
             let op = do_op(

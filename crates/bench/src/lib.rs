@@ -4,7 +4,10 @@
 //! `numjobs`, duration, warm-up). [`run`] drives one volume and [`run_many`]
 //! several at once; both return a [`BenchReport`] with IOPS, throughput and
 //! latency percentiles per direction, printable with [`BenchReport::table`]
-//! or serialisable with serde for `--json`.
+//! or serialisable with serde for `--json`. [`fill`] writes a volume once,
+//! sequentially, for callers that precondition once and run several specs.
+//! [`StoreVolume`] is a volume straight on one object store (no network, no
+//! OSD), for `cairn bench store`.
 //!
 //! How a run proceeds:
 //!
@@ -39,15 +42,17 @@ use tokio::time::Instant;
 mod job;
 mod report;
 mod spec;
+pub mod store_volume;
 
 pub use job::{PRECONDITION_BS, PRECONDITION_IODEPTH};
 pub use report::{
-    fmt_bytes, fmt_duration, new_histogram, BenchReport, DirStats, LatencyStats, SpecSummary,
-    HIST_HIGH_NS, HIST_LOW_NS, HIST_SIGFIG,
+    fmt_bytes, fmt_duration, fmt_us, new_histogram, BenchReport, DirStats, LatencyStats,
+    SpecSummary, HIST_HIGH_NS, HIST_LOW_NS, HIST_SIGFIG,
 };
 pub use spec::{BenchSpec, RwMode, MAX_IODEPTH, SECTOR};
+pub use store_volume::{StoreVolume, StoreVolumeError, StoreVolumeOptions};
 
-use job::{job_seed, precondition, run_job, OpGen, Window};
+use job::{fill as fill_volume, job_seed, precondition, run_job, OpGen, Window};
 use report::Measurement;
 
 /// The kind of a benchmark operation, as named in errors.
@@ -107,6 +112,44 @@ pub enum BenchError {
     /// A latency histogram could not be created or merged.
     #[error("latency histogram: {0}")]
     Histogram(String),
+}
+
+/// Write the first `region` bytes of `volume` once, sequentially, in blocks
+/// of `bs` bytes with `iodepth` in flight (random non-zero data, drawn from
+/// `seed` or a random seed), and return how long it took. This is the
+/// precondition pass of a [`BenchSpec`] with another block size and depth,
+/// for callers that precondition once and then run several specs.
+pub async fn fill<V: Volume>(
+    volume: Arc<V>,
+    region: u64,
+    bs: u64,
+    iodepth: u32,
+    seed: Option<u64>,
+) -> Result<std::time::Duration, BenchError> {
+    let invalid = |param: &'static str, reason: String| BenchError::InvalidSpec { param, reason };
+    if bs == 0 || bs % SECTOR != 0 {
+        return Err(invalid(
+            "bs",
+            format!("{bs} is not a positive multiple of {SECTOR}"),
+        ));
+    }
+    if iodepth == 0 || iodepth > MAX_IODEPTH {
+        return Err(invalid(
+            "iodepth",
+            format!("{iodepth} is not in 1..={MAX_IODEPTH}"),
+        ));
+    }
+    let size = volume.size();
+    if region == 0 || region > size {
+        return Err(invalid(
+            "size",
+            format!("{region} is not in 1..={size} (the volume's size)"),
+        ));
+    }
+    let start = Instant::now();
+    let seed = seed.unwrap_or_else(rand::random);
+    fill_volume(volume, region, bs, iodepth as usize, seed).await?;
+    Ok(start.elapsed())
 }
 
 /// Benchmark one volume as `spec` says. See the [crate docs](crate) for how

@@ -394,7 +394,7 @@ pub fn fmt_duration(d: Duration) -> String {
 }
 
 /// Microseconds with more decimals the smaller they are.
-fn fmt_us(us: f64) -> String {
+pub fn fmt_us(us: f64) -> String {
     if us < 10.0 {
         format!("{us:.2}")
     } else if us < 100.0 {

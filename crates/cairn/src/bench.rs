@@ -1,20 +1,24 @@
 //! `cairn bench`: drive an image through the client library and print
-//! IOPS, bandwidth and latency percentiles.
+//! IOPS, bandwidth and latency percentiles; `cairn bench store` benchmarks
+//! one object store directly (see `bench_store`).
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use cairn_bench::{BenchSpec, RwMode};
 use cairn_client::{Cluster, Image};
-use clap::Args;
+use clap::{Args, Subcommand};
 
-use crate::{admin, conf, Context};
+use crate::{admin, bench_store, conf, Context};
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    #[command(subcommand)]
+    cmd: Option<BenchCmd>,
     /// The image to drive, as POOL/NAME.
-    #[arg(long)]
-    image: String,
+    #[arg(long, required = true)]
+    image: Option<String>,
     /// read | write | randread | randwrite | randrw.
     #[arg(long, default_value = "randwrite")]
     rw: String,
@@ -45,8 +49,21 @@ pub struct BenchArgs {
     threads: u32,
 }
 
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Benchmark one object store directly (no network, no OSD), beside raw
+    /// fio on a file of the same disk.
+    Store(bench_store::StoreBenchArgs),
+}
+
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
-    let (pool, name) = admin::split_image(&args.image)?;
+    if let Some(BenchCmd::Store(store_args)) = args.cmd {
+        return bench_store::run(ctx, store_args);
+    }
+    let image = args
+        .image
+        .context("missing --image POOL/NAME (or a subcommand: store)")?;
+    let (pool, name) = admin::split_image(&image)?;
     let rw: RwMode = args.rw.parse()?;
     let spec = BenchSpec {
         rw,

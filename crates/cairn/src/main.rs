@@ -4,6 +4,7 @@
 
 mod admin;
 mod bench;
+mod bench_store;
 mod conf;
 mod daemons;
 mod local_cluster;
@@ -44,7 +45,8 @@ enum Command {
     Osd(daemons::OsdArgs),
     /// Export an image over NBD.
     Nbd(nbd::NbdArgs),
-    /// Load generator on the client library (no NBD in the path).
+    /// Load generator on the client library (no NBD in the path); `bench store`
+    /// benchmarks one object store directly.
     Bench(bench::BenchArgs),
     /// Start, inspect and stop a local cluster on this machine.
     #[command(subcommand)]

@@ -61,7 +61,10 @@ fn mkfs_makes_and_refuses_clearly() {
     let small = mkfs(&dir, &["--store", "bluestore", "--size", "1M"]);
     let err = fails(&args(&small));
     assert!(err.contains("too small"), "{err}");
-    assert!(!dir.join("block").exists(), "a refused mkfs leaves nothing behind");
+    assert!(
+        !dir.join("block").exists(),
+        "a refused mkfs leaves nothing behind"
+    );
 
     let made = mkfs(&dir, &["--store", "bluestore", "--size", "64M"]);
     let out = ok(&args(&made));
