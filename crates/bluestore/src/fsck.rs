@@ -4,10 +4,12 @@
 //!
 //! Runs on a mounted store while it is quiet (no transactions in flight);
 //! it reads the key-value store, not the caches, so it checks what a
-//! remount would find. With repair, leaked space (neither free nor used)
-//! is returned to the free list; nothing else is changed.
+//! remount would find (blocks with a deferred write still pending are
+//! checked as that write, which a remount would replay, leaves them).
+//! With repair, leaked space (neither free nor used) is returned to the
+//! free list; nothing else is changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cairn_device::block_on;
 use cairn_kv::{scan_all, Batch};
@@ -55,6 +57,11 @@ impl BlueStore {
         let (start, end) = keys::range_of(&[keys::ONODE]);
         let onodes = scan_all(kv, &start, &end).map_err(kv_error)?;
         let mut nids = BTreeMap::new();
+        let pending = if deep {
+            pending_deferred(kv, &mut report)?
+        } else {
+            HashMap::new()
+        };
         for (key, value) in onodes {
             let Some(oid) = keys::decode_onode(&key) else {
                 report.errors.push("undecodable onode key".into());
@@ -103,7 +110,7 @@ impl BlueStore {
                         }
                     }
                     if deep {
-                        check_blob(self, &oid.to_string(), *id, blob, &mut report)?;
+                        check_blob(self, &oid.to_string(), *id, blob, &pending, &mut report)?;
                     }
                 }
             }
@@ -144,6 +151,29 @@ impl BlueStore {
     }
 }
 
+/// Blocks with a deferred write not yet applied, by device offset: what a
+/// remount would replay onto them (records in sequence order, so the
+/// latest wins). Until applied, the device holds older content than the
+/// checksums in the onodes describe. Read before any block: a record
+/// deleted after this was applied to the device first.
+fn pending_deferred(
+    kv: &dyn cairn_kv::Kv,
+    report: &mut FsckReport,
+) -> Result<HashMap<u64, Vec<u8>>, StoreError> {
+    let (start, end) = keys::range_of(&[keys::DEFERRED]);
+    let mut pending = HashMap::new();
+    for (key, value) in scan_all(kv, &start, &end).map_err(kv_error)? {
+        match decode::<Vec<(u64, Vec<u8>)>>(&value) {
+            Ok(writes) => pending.extend(writes),
+            Err(e) => report.errors.push(format!(
+                "deferred record {:?}: {e}",
+                keys::decode_u64_key(&key)
+            )),
+        }
+    }
+    Ok(pending)
+}
+
 /// Ranges of `[start, end)` in neither `used` nor `free`.
 fn leaked(used: &RangeSet, free: &RangeSet, start: u64, end: u64) -> Vec<(u64, u64)> {
     let mut taken: Vec<(u64, u64)> = used.iter().chain(free.iter()).collect();
@@ -167,6 +197,7 @@ fn check_blob(
     oid: &str,
     id: u32,
     blob: &crate::onode::Blob,
+    pending: &HashMap<u64, Vec<u8>>,
     report: &mut FsckReport,
 ) -> Result<(), StoreError> {
     let device = &store.inner().device;
@@ -177,7 +208,12 @@ fn check_blob(
     for p in &blob.pextents {
         let len = u64::from(p.len).min(stored.saturating_sub(at));
         if p.is_live() && len > 0 {
-            let data = block_on(device.read(p.offset, len)).map_err(device_error)?;
+            let mut data = block_on(device.read(p.offset, len)).map_err(device_error)?;
+            for (k, block) in data.chunks_mut(BLOCK as usize).enumerate() {
+                if let Some(newer) = pending.get(&(p.offset + k as u64 * BLOCK)) {
+                    block.copy_from_slice(newer);
+                }
+            }
             let first = (at / BLOCK) as usize;
             if let Err(bad) = blob.csum.verify(&blob.csums, first, &data) {
                 report.errors.push(format!(

@@ -238,7 +238,12 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             // enough, whichever is first.
             let deadline = Instant::now() + DEFERRED_BATCH_WAIT;
             while !q.shutdown && queued_bytes(&q.items) < DEFERRED_BATCH_BYTES {
-                if inner.pipeline.deferred_ready.wait_until(&mut q, deadline).timed_out() {
+                if inner
+                    .pipeline
+                    .deferred_ready
+                    .wait_until(&mut q, deadline)
+                    .timed_out()
+                {
                     break;
                 }
             }

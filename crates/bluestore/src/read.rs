@@ -219,13 +219,26 @@ impl Sources<'_> {
     }
 }
 
-fn mismatch(oid: &ObjectId, logical: u64, phys: u64, perf: &Perf) -> StoreError {
-    perf.checksum_errors.fetch_add(1, Ordering::Relaxed);
-    tracing::error!(%oid, logical, phys, "checksum mismatch");
+fn mismatch(oid: &ObjectId, logical: u64, phys: u64) -> StoreError {
     StoreError::Checksum {
         oid: oid.clone(),
         offset: logical,
         device_offset: phys,
+    }
+}
+
+/// Count and log `e` if it is a checksum error: done by the caller of
+/// [`fetch`] for the error it returns (a read may first retry a mismatch
+/// that a concurrent in-place overwrite caused, which is no corruption).
+pub(crate) fn note_checksum_error(perf: &Perf, e: &StoreError) {
+    if let StoreError::Checksum {
+        oid,
+        offset,
+        device_offset,
+    } = e
+    {
+        perf.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(%oid, logical = offset, phys = device_offset, "checksum mismatch");
     }
 }
 
@@ -245,7 +258,7 @@ pub(crate) async fn fetch(
                         let b = &blocks[i];
                         b.csum
                             .verify(&b.expect, 0, data)
-                            .map_err(|_| mismatch(&plan.oid, b.logical, b.phys, src.perf))
+                            .map_err(|_| mismatch(&plan.oid, b.logical, b.phys))
                     })
                     .await?;
                 let mut left = (*skip as usize, *len as usize);
@@ -296,7 +309,7 @@ async fn inflate(
         .blocks(&wanted, |i, data| {
             blob.csum
                 .verify(&blob.csums, i, data)
-                .map_err(|_| mismatch(oid, logical, wanted[i], src.perf))
+                .map_err(|_| mismatch(oid, logical, wanted[i]))
         })
         .await?;
     let mut stored = Vec::with_capacity(got.len() * BLOCK as usize);

@@ -165,6 +165,24 @@ impl Drop for BlueStore {
     }
 }
 
+/// Times a read plans again after a checksum mismatch while the object
+/// keeps changing under it (see `read`).
+const MAX_REPLANS: u32 = 3;
+
+/// Plan a read of `[offset, offset + len)` of `onode`, cut at its size:
+/// the plan, the onode it was made from, and the length to be read.
+fn plan_read(
+    inner: &Inner,
+    oid: &ObjectId,
+    onode: Arc<crate::onode::Onode>,
+    offset: u64,
+    len: u64,
+) -> Result<(read::Plan, Arc<crate::onode::Onode>, u64)> {
+    let len = onode.core.size.saturating_sub(offset).min(len);
+    let plan = read::plan(oid, &onode, offset, len, inner.shard_size())?;
+    Ok((plan, onode, len))
+}
+
 /// Leaves the read tracker when a read ends, however it ends.
 struct ReadGuard {
     inner: Arc<Inner>,
@@ -194,13 +212,14 @@ impl ObjectStore for BlueStore {
 
     fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Vec<u8>>> {
         let inner = self.inner.clone();
+        let oid = oid.clone();
+        let wanted = len;
         let planned = (|| -> Result<_> {
             let mut st = inner.state.lock();
             let onode = inner
-                .onode(&mut st, oid)?
+                .onode(&mut st, &oid)?
                 .ok_or_else(|| StoreError::NotFound(oid.clone()))?;
-            let len = onode.core.size.saturating_sub(offset).min(len);
-            let plan = read::plan(oid, &onode, offset, len, inner.shard_size())?;
+            let planned = plan_read(&inner, &oid, onode, offset, len)?;
             let gen = st.read_gen;
             inner.reads.enter(gen);
             // Made here, not in the future: a future dropped before it
@@ -210,18 +229,46 @@ impl ObjectStore for BlueStore {
                 inner: inner.clone(),
                 gen,
             };
-            Ok((plan, len, guard))
+            Ok((planned, guard))
         })();
         Box::pin(async move {
-            let (plan, len, _guard) = planned?;
-            let mut out = Vec::with_capacity(len as usize);
+            let ((mut plan, mut planned_from, mut len), _guard) = planned?;
             let src = Sources {
                 device: &inner.device,
                 cache: &inner.cache,
                 staged: None,
                 perf: &inner.perf,
             };
-            read::fetch(&plan, &src, &mut out).await?;
+            let mut out = Vec::with_capacity(len as usize);
+            let mut replans = 0;
+            loop {
+                let Err(e) = read::fetch(&plan, &src, &mut out).await else {
+                    break;
+                };
+                // A deferred write rewrites blocks in place: one that
+                // reached the device after this read was planned fails the
+                // checksums the plan took from the older onode. If the
+                // object changed since, plan again from its current onode
+                // (space that plan uses stays protected: released later,
+                // it waits for this read's older generation).
+                if matches!(e, StoreError::Checksum { .. }) && replans < MAX_REPLANS {
+                    let current = {
+                        let mut st = inner.state.lock();
+                        inner
+                            .onode(&mut st, &oid)?
+                            .ok_or_else(|| StoreError::NotFound(oid.clone()))?
+                    };
+                    if !Arc::ptr_eq(&current, &planned_from) {
+                        (plan, planned_from, len) =
+                            plan_read(&inner, &oid, current, offset, wanted)?;
+                        out.clear();
+                        replans += 1;
+                        continue;
+                    }
+                }
+                read::note_checksum_error(&inner.perf, &e);
+                return Err(e);
+            }
             inner.perf.reads.fetch_add(1, Ordering::Relaxed);
             inner.perf.read_bytes.fetch_add(len, Ordering::Relaxed);
             Ok(out)

@@ -87,7 +87,7 @@ pub struct StoreStats {
 pub enum StoreError {
     #[error("object {0} not found")]
     NotFound(ObjectId),
-    #[error("invalid transaction: {0}")]
+    #[error("invalid request: {0}")]
     Invalid(String),
     #[error("no space left on the store")]
     NoSpace,

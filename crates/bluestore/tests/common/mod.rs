@@ -5,9 +5,8 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -188,15 +187,6 @@ pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Poll a future once, without blocking: `Some` if it is already done.
-pub fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match std::pin::Pin::new(f).poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
-}
-
 /// A store on a [`FaultDevice`] (errors, power loss) with a [`MemKv`].
 pub struct FaultStores {
     pub device: Arc<FaultDevice>,
@@ -239,18 +229,69 @@ impl FaultStores {
 }
 
 /// Freezes a device and a key-value store at one instant: every operation
-/// holds the read side while it runs; a crash takes the write side, so it
-/// falls between operations of both, never inside one. After the crash
-/// every operation fails, so the crashed store stops quickly.
-#[derive(Clone, Default)]
+/// holds the read side of `lock` while it runs; a crash takes the write
+/// side, so it falls between operations of both, never inside one. After
+/// the crash every operation fails, so the crashed store stops quickly.
+///
+/// A crash is made on request ([`CrashStores::crash`]) or just before the
+/// n-th mutating operation (device write, flush, discard, database write)
+/// from some point on ([`CrashStores::crash_after`]): that reaches points
+/// inside the commit pipeline a test thread could not time.
 pub struct CrashGate {
-    lock: Arc<RwLock<()>>,
-    crashed: Arc<AtomicBool>,
+    lock: RwLock<()>,
+    crashed: AtomicBool,
+    /// Mutating operations so far.
+    ops: AtomicU64,
+    /// Crash just before this operation (`u64::MAX`: never).
+    crash_at: AtomicU64,
+    how: parking_lot::Mutex<(u64, CrashPolicy)>,
+    images: parking_lot::Mutex<Option<(FaultDevice, MemKv)>>,
+    device: Arc<FaultDevice>,
+    kv: Arc<MemKv>,
 }
 
 impl CrashGate {
+    fn new(device: FaultDevice, kv: MemKv) -> Arc<Self> {
+        Arc::new(Self {
+            lock: RwLock::new(()),
+            crashed: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            crash_at: AtomicU64::new(u64::MAX),
+            how: parking_lot::Mutex::new((0, CrashPolicy::DropAll)),
+            images: parking_lot::Mutex::new(None),
+            device: Arc::new(device),
+            kv: Arc::new(kv),
+        })
+    }
+
     pub fn is_crashed(&self) -> bool {
         self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Lose power now (once): keep what survives.
+    fn crash_now(&self) {
+        let _frozen = self.lock.write();
+        if self.crashed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (seed, policy) = *self.how.lock();
+        let device = FaultDevice::from_image(self.device.crash_image(seed, policy));
+        *self.images.lock() = Some((device, self.kv.crash_image()));
+    }
+
+    /// Run `op` under the gate; `mutating` ops count towards `crash_at`.
+    fn run<T>(&self, mutating: bool, op: impl FnOnce() -> T, crashed: impl FnOnce() -> T) -> T {
+        if mutating {
+            let n = self.ops.fetch_add(1, Ordering::SeqCst);
+            if n == self.crash_at.load(Ordering::SeqCst) {
+                self.crash_now();
+            }
+        }
+        let _held = self.lock.read();
+        if self.is_crashed() {
+            return crashed();
+        }
+        op()
     }
 }
 
@@ -258,53 +299,46 @@ impl CrashGate {
 /// `FaultDevice` completes every request before returning its future, so
 /// holding the gate around the call (not the await) covers the request.
 pub struct GatedDevice {
-    pub inner: Arc<FaultDevice>,
-    gate: CrashGate,
+    gate: Arc<CrashGate>,
 }
 
-impl GatedDevice {
-    fn run<T: Send + 'static>(
-        &self,
-        op: impl FnOnce(&FaultDevice) -> BoxFuture<Result<T, DeviceError>>,
-    ) -> BoxFuture<Result<T, DeviceError>> {
-        let _held = self.gate.lock.read();
-        if self.gate.is_crashed() {
-            return Box::pin(std::future::ready(Err(DeviceError::Closed)));
-        }
-        op(&self.inner)
-    }
+fn closed<T: Send + 'static>() -> BoxFuture<Result<T, DeviceError>> {
+    Box::pin(std::future::ready(Err(DeviceError::Closed)))
 }
 
 impl BlockDevice for GatedDevice {
     fn size(&self) -> u64 {
-        self.inner.size()
+        self.gate.device.size()
     }
     fn read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {
-        self.run(|d| d.read(offset, len))
+        self.gate
+            .run(false, || self.gate.device.read(offset, len), closed)
     }
     fn write(&self, offset: u64, buf: AlignedBuf) -> BoxFuture<Result<(), DeviceError>> {
-        self.run(|d| d.write(offset, buf))
+        self.gate
+            .run(true, || self.gate.device.write(offset, buf), closed)
     }
     fn write_many(&self, writes: Vec<(u64, AlignedBuf)>) -> BoxFuture<Result<(), DeviceError>> {
-        self.run(|d| d.write_many(writes))
+        self.gate
+            .run(true, || self.gate.device.write_many(writes), closed)
     }
     fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
-        self.run(|d| d.flush())
+        self.gate.run(true, || self.gate.device.flush(), closed)
     }
     fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>> {
-        self.run(|d| d.discard(offset, len))
+        self.gate
+            .run(true, || self.gate.device.discard(offset, len), closed)
     }
 }
 
 /// A [`Kv`] over a [`MemKv`] whose writes hold a [`CrashGate`].
 pub struct GatedKv {
-    pub inner: Arc<MemKv>,
-    gate: CrashGate,
+    gate: Arc<CrashGate>,
 }
 
 impl Kv for GatedKv {
     fn get(&self, key: &[u8]) -> cairn_kv::Result<Option<Vec<u8>>> {
-        self.inner.get(key)
+        self.gate.kv.get(key)
     }
     fn scan(
         &self,
@@ -312,23 +346,20 @@ impl Kv for GatedKv {
         end: &[u8],
         limit: usize,
     ) -> cairn_kv::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.inner.scan(start, end, limit)
+        self.gate.kv.scan(start, end, limit)
     }
     fn write(&self, batch: Batch, sync: bool) -> cairn_kv::Result<()> {
-        let _held = self.gate.lock.read();
-        if self.gate.is_crashed() {
-            return Err(KvError::Backend("power lost".into()));
-        }
-        self.inner.write(batch, sync)
+        self.gate.run(
+            true,
+            || self.gate.kv.write(batch, sync),
+            || Err(KvError::Backend("power lost".into())),
+        )
     }
 }
 
-/// A store whose device and database can lose power together.
+/// A store whose device and database lose power together.
 pub struct CrashStores {
-    pub gate: CrashGate,
-    pub device: Arc<FaultDevice>,
-    pub kv: Arc<MemKv>,
-    pub mkfs: MkfsOptions,
+    pub gate: Arc<CrashGate>,
     pub mount: MountOptions,
 }
 
@@ -336,48 +367,59 @@ impl CrashStores {
     /// A formatted store of `size` bytes.
     pub fn new(size: u64) -> Self {
         let s = Self::from_images(FaultDevice::new(size), MemKv::new());
-        mkfs(&*s.gated_device(), &*s.gated_kv(), &s.mkfs).expect("mkfs");
+        let device = GatedDevice {
+            gate: s.gate.clone(),
+        };
+        let kv = GatedKv {
+            gate: s.gate.clone(),
+        };
+        mkfs(&device, &kv, &MkfsOptions::default()).expect("mkfs");
         s
     }
 
     /// A store continuing from power-loss images.
     pub fn from_images(device: FaultDevice, kv: MemKv) -> Self {
         Self {
-            gate: CrashGate::default(),
-            device: Arc::new(device),
-            kv: Arc::new(kv),
-            mkfs: MkfsOptions::default(),
+            gate: CrashGate::new(device, kv),
             mount: MountOptions::default(),
         }
     }
 
-    fn gated_device(&self) -> Arc<GatedDevice> {
-        Arc::new(GatedDevice {
-            inner: self.device.clone(),
-            gate: self.gate.clone(),
-        })
-    }
-
-    fn gated_kv(&self) -> Arc<GatedKv> {
-        Arc::new(GatedKv {
-            inner: self.kv.clone(),
-            gate: self.gate.clone(),
-        })
-    }
-
     pub fn open(&self) -> cairn_store::Result<Arc<BlueStore>> {
-        let device: Arc<dyn BlockDevice> = self.gated_device();
-        let kv: Arc<dyn Kv> = self.gated_kv();
+        let device: Arc<dyn BlockDevice> = Arc::new(GatedDevice {
+            gate: self.gate.clone(),
+        });
+        let kv: Arc<dyn Kv> = Arc::new(GatedKv {
+            gate: self.gate.clone(),
+        });
         BlueStore::mount(device, kv, self.mount.clone())
     }
 
-    /// Lose power now: the device as `policy` leaves its unflushed writes,
-    /// and the database as of its last sync. Everything after fails.
+    pub fn is_crashed(&self) -> bool {
+        self.gate.is_crashed()
+    }
+
+    /// Lose power just before the `n`-th mutating operation from now
+    /// (0: the next one), keeping unflushed device writes per `policy`.
+    pub fn crash_after(&self, n: u64, seed: u64, policy: CrashPolicy) {
+        *self.gate.how.lock() = (seed, policy);
+        let now = self.gate.ops.load(Ordering::SeqCst);
+        self.gate.crash_at.store(now + n, Ordering::SeqCst);
+    }
+
+    /// Lose power now, unless that already happened: the device as
+    /// `policy` leaves its unflushed writes, and the database as of its
+    /// last sync. Everything after fails. Returns what survived.
     pub fn crash(&self, seed: u64, policy: CrashPolicy) -> (FaultDevice, MemKv) {
-        let _frozen = self.gate.lock.write();
-        self.gate.crashed.store(true, Ordering::SeqCst);
-        let device = FaultDevice::from_image(self.device.crash_image(seed, policy));
-        (device, self.kv.crash_image())
+        if !self.is_crashed() {
+            *self.gate.how.lock() = (seed, policy);
+        }
+        self.gate.crash_now();
+        self.gate
+            .images
+            .lock()
+            .take()
+            .expect("crash images taken once")
     }
 }
 
@@ -459,7 +501,10 @@ impl Workload {
             }
             Bytes::from(t)
         } else {
-            Bytes::from(pattern(self.serial.wrapping_mul(7919) ^ self.rng.gen::<u64>(), len))
+            Bytes::from(pattern(
+                self.serial.wrapping_mul(7919) ^ self.rng.gen::<u64>(),
+                len,
+            ))
         }
     }
 
@@ -505,12 +550,14 @@ impl Workload {
                 }
                 77..=88 => {
                     let key = format!("attr{}", self.rng.gen_range(0..4));
-                    let value = self.payload(self.rng.gen_range(0..100));
+                    let len = self.rng.gen_range(0..100);
+                    let value = self.payload(len);
                     t.set_attr(&o, &key, value);
                 }
                 _ => {
                     let key = format!("omap{}", self.rng.gen_range(0..6));
-                    let value = self.payload(self.rng.gen_range(0..200));
+                    let len = self.rng.gen_range(0..200);
+                    let value = self.payload(len);
                     t.omap_set(&o, vec![(key, value)]);
                 }
             }
@@ -521,12 +568,18 @@ impl Workload {
 
 /// `dump` of a store, panicking on error.
 pub async fn dump_of(store: &dyn ObjectStore) -> cairn_store::conformance::StoreDump {
-    cairn_store::conformance::dump(store, &[]).await.expect("dump")
+    cairn_store::conformance::dump(store, &[])
+        .await
+        .expect("dump")
 }
 
 /// Assert two dumps are equal, naming the first difference.
 #[track_caller]
-pub fn assert_same(actual: &cairn_store::conformance::StoreDump, expected: &cairn_store::conformance::StoreDump, what: &str) {
+pub fn assert_same(
+    actual: &cairn_store::conformance::StoreDump,
+    expected: &cairn_store::conformance::StoreDump,
+    what: &str,
+) {
     if let Some(d) = cairn_store::conformance::first_difference(actual, expected) {
         panic!("{what}: store and model differ: {d}");
     }

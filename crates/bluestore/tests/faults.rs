@@ -1,0 +1,250 @@
+//! Device faults: a read error is an error for that read only; a failed
+//! data write or flush fails the store (that commit and every later submit
+//! return errors), never acknowledges what is not durable, and a remount
+//! shows every acknowledged transaction and nothing else.
+
+mod common;
+
+use std::sync::Arc;
+
+use cairn_device::{BlockDevice, CrashPolicy, FaultDevice, FaultOn};
+use cairn_store::memstore::MemStore;
+use cairn_store::{ObjectStore, StoreError, Transaction};
+use common::*;
+
+fn failed<T>(r: cairn_store::Result<T>, what: &str) {
+    match r {
+        Err(StoreError::Failed(_)) => {}
+        Err(e) => panic!("{what}: expected Failed, got {e:?}"),
+        Ok(_) => panic!("{what}: expected Failed, got Ok"),
+    }
+}
+
+/// Where `needle` is on the device now.
+fn locate(dev: &FaultDevice, needle: &[u8]) -> u64 {
+    find(&dev.current_image().to_vec(), needle).expect("data is on the device") as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_error_fails_that_read_only() {
+    let mut s = FaultStores::new(64 * MIB);
+    let (a, b) = (oid(C1, "a"), oid(C1, "b"));
+    let (da, db) = (pattern(1, 64 * 1024), pattern(2, 64 * 1024));
+    {
+        let store = s.open();
+        commit(
+            &*store,
+            tx(|t| {
+                t.write(&a, 0, bytes(da.clone()))
+                    .write(&b, 0, bytes(db.clone()))
+            }),
+        )
+        .await;
+    }
+    // Remounted: nothing is cached, every read goes to the device.
+    let store = s.open();
+    let bad = locate(&s.device, &da[8192..8192 + 64]);
+    s.device.inject_eio(bad..bad + 4096, FaultOn::Reads);
+
+    match store.read(&a, 0, da.len() as u64).await {
+        Err(StoreError::Io(_)) => {}
+        other => panic!("expected an I/O error, got {:?}", other.map(|v| v.len())),
+    }
+    assert!(s.device.injected_errors() >= 1);
+    // Around the bad block, other objects, and writes: all fine.
+    assert_bytes(&read(&*store, &a, 0, 8192).await, &da[..8192], "a before");
+    assert_bytes(
+        &read(&*store, &a, 12288, 4096).await,
+        &da[12288..16384],
+        "a after",
+    );
+    assert_bytes(&read_all(&*store, &b).await, &db, "b");
+    let c = oid(C2, "c");
+    commit(&*store, tx(|t| t.write(&c, 0, bytes(vec![3; 5000])))).await;
+    assert_eq!(read_all(&*store, &c).await, vec![3; 5000]);
+
+    // A write that must read the bad block first fails, changes nothing,
+    // and does not fail the store.
+    let r = store.submit(tx(|t| t.write(&a, 8192 + 100, bytes(vec![9; 10]))));
+    assert!(matches!(r, Err(StoreError::Io(_))), "{:?}", r.map(|_| ()));
+    commit(
+        &*store,
+        tx(|t| t.set_attr(&c, "still", bytes(b"working".to_vec()))),
+    )
+    .await;
+
+    s.device.clear_faults();
+    assert_bytes(
+        &read_all(&*store, &a).await,
+        &da,
+        "a after clearing the fault",
+    );
+}
+
+/// Acknowledged transactions on `store` and in `model`.
+async fn populate(store: &dyn ObjectStore, model: &MemStore, seed: u64) {
+    let mut w = Workload::new(seed, Workload::objects(4), 256 * 1024, 128 * 1024);
+    for _ in 0..25 {
+        let t = w.next_txn();
+        model.submit(t.clone()).unwrap().await.unwrap();
+        commit(store, t).await;
+    }
+    // Ensure both write paths are among the acknowledged ones.
+    let o = oid(C1, "fixed");
+    let t = tx(|t| t.write(&o, 0, bytes(pattern(5, 64 * 1024))));
+    model.submit(t.clone()).unwrap().await.unwrap();
+    commit(store, t).await;
+    let t = tx(|t| t.write(&o, 4096, bytes(pattern(6, 4096))));
+    model.submit(t.clone()).unwrap().await.unwrap();
+    commit(store, t).await;
+}
+
+/// After the store failed: every way of coming back shows exactly the
+/// acknowledged state.
+async fn remounts_show_acknowledged(s: &mut FaultStores, model: &MemStore) {
+    let want = dump_of(model).await;
+    let failed_dev = s.device.clone();
+    let failed_kv = s.kv.clone();
+    // Power loss right after the failure (unflushed writes lost).
+    for (seed, policy) in [
+        (1, CrashPolicy::DropAll),
+        (2, CrashPolicy::Torn),
+        (3, CrashPolicy::KeepAll),
+    ] {
+        s.replace(
+            FaultDevice::from_image(failed_dev.crash_image(seed, policy)),
+            failed_kv.crash_image(),
+        );
+        let store = s.open();
+        assert_same(
+            &dump_of(&*store).await,
+            &want,
+            &format!("after power loss ({policy:?})"),
+        );
+        let r = store.fsck(true, false).unwrap();
+        assert!(r.is_clean(), "{policy:?}: {r:?}");
+    }
+    // A restart without power loss, on a copy of the device as it is.
+    s.device = Arc::new(FaultDevice::from_image(failed_dev.current_image()));
+    s.kv = failed_kv.clone();
+    let store = s.open();
+    assert_same(&dump_of(&*store).await, &want, "after restart");
+    drop(store);
+    // The same device, faults cleared.
+    failed_dev.clear_faults();
+    s.device = failed_dev;
+    s.kv = failed_kv;
+    let store = s.open();
+    assert_same(&dump_of(&*store).await, &want, "on the same device");
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_data_write_fails_the_store() {
+    let mut s = FaultStores::new(64 * MIB);
+    let model = MemStore::new();
+    let store = s.open();
+    populate(&*store, &model, 1).await;
+    let size = s.device.size();
+    // Wait for deferred writes so that the data write below is the first
+    // write to fail.
+    let d = store.perf().deferred_writes;
+    wait_for("deferred writes applied", || {
+        store.perf().deferred_applied >= d
+    })
+    .await;
+
+    s.device.inject_eio(4096..size, FaultOn::Writes);
+    let lost = oid(C2, "lost");
+    let c = store
+        .submit(tx(|t| t.write(&lost, 0, bytes(pattern(9, 100_000)))))
+        .expect("submit");
+    failed(c.await, "the commit whose data write failed");
+    failed(
+        store.submit(tx(|t| t.touch(&oid(C2, "later")))),
+        "a later submit",
+    );
+    failed(store.submit(Transaction::new()), "an empty submit");
+    // Reads of acknowledged data still work.
+    assert_same(
+        &dump_of(&*store).await,
+        &dump_of(&model).await,
+        "failed store reads",
+    );
+    drop(store);
+    remounts_show_acknowledged(&mut s, &model).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_flush_fails_the_store() {
+    let mut s = FaultStores::new(64 * MIB);
+    let model = MemStore::new();
+    let store = s.open();
+    populate(&*store, &model, 2).await;
+    let d = store.perf().deferred_writes;
+    wait_for("deferred writes applied", || {
+        store.perf().deferred_applied >= d
+    })
+    .await;
+
+    s.device.fail_flush_once();
+    let lost = oid(C2, "lost");
+    // Several in flight: the failing group and every later one fail; a
+    // submit after the failure is refused at once.
+    let mut commits = vec![store
+        .submit(tx(|t| t.write(&lost, 0, bytes(pattern(0, 70_000)))))
+        .expect("submit before the failure")];
+    for i in 1..4u64 {
+        match store.submit(tx(|t| {
+            t.write(&lost, i * 70_000, bytes(pattern(i, 70_000)))
+        })) {
+            Ok(c) => commits.push(c),
+            Err(e) => failed(Err::<(), _>(e), "a submit after the failure"),
+        }
+    }
+    for c in commits {
+        failed(c.await, "a commit at or after the failed flush");
+    }
+    failed(store.submit(tx(|t| t.touch(&lost))), "a later submit");
+    drop(store);
+    remounts_show_acknowledged(&mut s, &model).await;
+}
+
+/// A small overwrite commits without a device flush (its data is in the
+/// WAL); a failed flush while applying it later fails the store, and the
+/// write, acknowledged, survives a power loss through replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_deferred_flush_fails_the_store_and_replay_recovers() {
+    let mut s = FaultStores::new(64 * MIB);
+    let a = oid(C1, "a");
+    let mut da = pattern(1, 64 * 1024);
+    let store = s.open();
+    commit(&*store, tx(|t| t.write(&a, 0, bytes(da.clone())))).await;
+
+    let injected = s.device.injected_errors();
+    s.device.fail_flush_once();
+    let block = pattern(2, 4096);
+    commit(&*store, tx(|t| t.write(&a, 16384, bytes(block.clone())))).await;
+    da[16384..20480].copy_from_slice(&block);
+    assert_eq!(store.perf().deferred_writes, 1);
+    wait_for("the deferred flush to fail", || {
+        s.device.injected_errors() > injected
+    })
+    .await;
+    wait_for("the store to fail", || {
+        matches!(store.submit(Transaction::new()), Err(StoreError::Failed(_)))
+    })
+    .await;
+    // The acknowledged write is still what reads see.
+    assert_bytes(&read_all(&*store, &a).await, &da, "failed store reads");
+    drop(store);
+
+    s.replace(
+        FaultDevice::from_image(s.device.crash_image(7, CrashPolicy::DropAll)),
+        s.kv.crash_image(),
+    );
+    let store = s.open();
+    assert!(store.replayed() >= 1, "the deferred write is replayed");
+    assert_bytes(&read_all(&*store, &a).await, &da, "after power loss");
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
