@@ -362,17 +362,16 @@ impl<'a> Builder<'a> {
         }
         let inner = self.inner;
         let mut writes = Vec::with_capacity(self.deferred.len());
-        let mut encoded: Vec<(u64, Vec<u8>)> = Vec::with_capacity(self.deferred.len());
         for &phys in &self.deferred {
             let Some(data) = self.staged.get(&phys) else {
                 continue;
             };
             let pin = inner.cache.new_pin();
             inner.cache.pin(phys, data.clone(), pin);
-            encoded.push((phys, data.to_vec()));
             writes.push((phys, data.clone(), pin));
         }
-        batch.put(keys::deferred(self.seq), encode(&encoded));
+        let value = crate::pipeline::encode_deferred(writes.iter().map(|(p, d, _)| (*p, &d[..])));
+        batch.put(keys::deferred(self.seq), value);
         let bytes = writes.len() as u64 * crate::onode::BLOCK;
         inner.deferred_backlog.fetch_add(bytes, Ordering::Relaxed);
         inner.perf.deferred_writes.fetch_add(1, Ordering::Relaxed);

@@ -163,7 +163,7 @@ fn pending_deferred(
     let (start, end) = keys::range_of(&[keys::DEFERRED]);
     let mut pending = HashMap::new();
     for (key, value) in scan_all(kv, &start, &end).map_err(kv_error)? {
-        match decode::<Vec<(u64, Vec<u8>)>>(&value) {
+        match crate::pipeline::decode_deferred(&value) {
             Ok(writes) => pending.extend(writes),
             Err(e) => report.errors.push(format!(
                 "deferred record {:?}: {e}",

@@ -192,7 +192,7 @@ fn replay_deferred(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<(u64, u64), 
     for (key, value) in &records {
         let seq = keys::decode_u64_key(key)
             .ok_or_else(|| StoreError::Corrupt("bad deferred record key".into()))?;
-        let writes: Vec<(u64, Vec<u8>)> = decode(value)
+        let writes = crate::pipeline::decode_deferred(value)
             .map_err(|e| StoreError::Corrupt(format!("deferred record {seq}: {e}")))?;
         let bufs = writes
             .iter()

@@ -94,6 +94,7 @@ pub struct Blob {
     pub compression: Option<(Algorithm, u32)>,
     pub csum: ChecksumType,
     /// One checksum per [`CSUM_BLOCK`] of stored bytes.
+    #[serde(with = "serde_bytes")]
     pub csums: Vec<u8>,
 }
 

@@ -59,6 +59,46 @@ pub(crate) struct DeferredRecord {
     pub writes: Vec<(u64, Bytes, u64)>,
 }
 
+/// Encode a deferred record's writes as the `D` value: a format byte, a
+/// count (u32 LE), then per write its device offset (u64 LE) and one block.
+pub(crate) fn encode_deferred<'a>(writes: impl ExactSizeIterator<Item = (u64, &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + writes.len() * (8 + BLOCK as usize));
+    out.push(DEFERRED_FORMAT);
+    out.extend_from_slice(&(writes.len() as u32).to_le_bytes());
+    for (phys, data) in writes {
+        debug_assert_eq!(data.len() as u64, BLOCK);
+        out.extend_from_slice(&phys.to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// Decode a `D` value written by [`encode_deferred`].
+pub(crate) fn decode_deferred(value: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    let (&format, rest) = value.split_first().ok_or("empty deferred record")?;
+    if format != DEFERRED_FORMAT {
+        return Err(format!("unknown deferred record format {format}"));
+    }
+    let count = rest
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("truncated deferred record")?;
+    let entry = 8 + BLOCK as usize;
+    let body = &rest[4..];
+    if body.len() != count * entry {
+        return Err(format!("deferred record of {} bytes for {count} writes", body.len()));
+    }
+    Ok(body
+        .chunks(entry)
+        .map(|c| {
+            let phys = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
+            (phys, c[8..].to_vec())
+        })
+        .collect())
+}
+
+const DEFERRED_FORMAT: u8 = 1;
+
 /// Space released by transaction `seq` under read generation `gen`.
 pub(crate) struct Release {
     pub seq: u64,
