@@ -143,6 +143,10 @@ impl BufferCache {
         if s.capacity == 0 {
             return;
         }
+        // A block of a larger write is a slice of that write's buffer: keep
+        // a copy of its own, or the whole buffer would stay in memory
+        // unaccounted for as long as this block is cached.
+        let data = Bytes::copy_from_slice(&data);
         s.clean.put(block, data);
         while s.clean.len() > s.capacity {
             s.clean.pop_lru();
@@ -175,13 +179,29 @@ struct Cached {
     onode: Option<Arc<Onode>>,
     /// Sequence number of the last transaction that changed it.
     dirty_seq: u64,
+    /// Memory it takes (estimated), with its key.
+    bytes: u64,
+}
+
+impl Cached {
+    fn new(oid: &ObjectId, onode: Option<Arc<Onode>>, dirty_seq: u64) -> Self {
+        let bytes = 96 + oid.name.len() as u64 + onode.as_deref().map_or(0, Onode::approx_bytes);
+        Self {
+            onode,
+            dirty_seq,
+            bytes,
+        }
+    }
 }
 
 /// Onodes by object id. See the module docs. Used under the store's state
 /// lock, so it has no lock of its own.
 pub(crate) struct OnodeCache {
     entries: LruCache<ObjectId, Cached>,
-    capacity: usize,
+    /// Bytes the cache may hold (dirty entries may exceed it for a while).
+    capacity: u64,
+    /// Bytes it holds.
+    bytes: u64,
     pub hits: u64,
     pub misses: u64,
 }
@@ -194,21 +214,34 @@ pub(crate) enum Lookup {
 }
 
 impl OnodeCache {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: u64) -> Self {
         Self {
             entries: LruCache::unbounded(),
-            capacity: capacity.max(16),
+            capacity,
+            bytes: 0,
             hits: 0,
             misses: 0,
         }
     }
 
-    pub fn set_capacity(&mut self, capacity: usize) {
-        self.capacity = capacity.max(16);
+    pub fn set_capacity(&mut self, capacity: u64) {
+        self.capacity = capacity;
     }
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Estimated bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn put(&mut self, oid: ObjectId, cached: Cached) {
+        self.bytes += cached.bytes;
+        if let Some(old) = self.entries.put(oid, cached) {
+            self.bytes -= old.bytes;
+        }
     }
 
     pub fn lookup(&mut self, oid: &ObjectId) -> Lookup {
@@ -229,25 +262,15 @@ impl OnodeCache {
 
     /// Cache an onode read from the key-value store (clean).
     pub fn insert_clean(&mut self, oid: ObjectId, onode: Arc<Onode>, committed: u64) {
-        self.entries.put(
-            oid,
-            Cached {
-                onode: Some(onode),
-                dirty_seq: 0,
-            },
-        );
+        let cached = Cached::new(&oid, Some(onode), 0);
+        self.put(oid, cached);
         self.trim(committed);
     }
 
     /// Record the state transaction `seq` left the object in.
     pub fn update(&mut self, oid: ObjectId, onode: Option<Arc<Onode>>, seq: u64, committed: u64) {
-        self.entries.put(
-            oid,
-            Cached {
-                onode,
-                dirty_seq: seq,
-            },
-        );
+        let cached = Cached::new(&oid, onode, seq);
+        self.put(oid, cached);
         self.trim(committed);
     }
 
@@ -265,20 +288,20 @@ impl OnodeCache {
     /// stay (they are newer than the key-value store).
     pub fn trim(&mut self, committed: u64) {
         let mut skipped = Vec::new();
-        while self.entries.len() > self.capacity {
+        let mut looked = 0;
+        while self.bytes > self.capacity && looked < self.entries.len() {
             let Some((oid, c)) = self.entries.pop_lru() else {
                 break;
             };
+            looked += 1;
+            self.bytes -= c.bytes;
             if c.dirty_seq > committed {
                 skipped.push((oid, c));
-                if skipped.len() > self.capacity {
-                    break;
-                }
             }
         }
         // Put dirty entries back as most recently used.
         for (oid, c) in skipped {
-            self.entries.put(oid, c);
+            self.put(oid, c);
         }
     }
 }
@@ -311,7 +334,9 @@ mod tests {
 
     #[test]
     fn dirty_onodes_are_not_evicted() {
-        let mut c = OnodeCache::new(16);
+        let some = Some(Arc::new(Onode::default()));
+        let one = Cached::new(&ObjectId::new(Collection::new(1, 1), "o10"), some, 0).bytes;
+        let mut c = OnodeCache::new(16 * one);
         let coll = Collection::new(1, 1);
         for i in 0..40u64 {
             let oid = ObjectId::new(coll, format!("o{i}"));

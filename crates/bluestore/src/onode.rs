@@ -411,6 +411,31 @@ impl Shard {
     }
 }
 
+impl Onode {
+    /// Memory the onode takes, roughly, in bytes (for cache accounting).
+    pub fn approx_bytes(&self) -> u64 {
+        let attrs: usize = self
+            .core
+            .attrs
+            .iter()
+            .map(|(k, v)| 48 + k.len() + v.len())
+            .sum();
+        let shards: usize = self
+            .shards
+            .values()
+            .map(|s| {
+                let blobs: usize = s
+                    .blobs
+                    .values()
+                    .map(|b| 96 + b.pextents.len() * 16 + b.csums.len())
+                    .sum();
+                64 + s.extents.len() * 40 + blobs
+            })
+            .sum();
+        (64 + attrs + shards) as u64
+    }
+}
+
 /// An object's metadata as held in memory: the core and every shard.
 /// Shards are shared copy-on-write, so copying an onode to change one
 /// shard copies only that shard.

@@ -56,6 +56,7 @@ pub struct PerfSnapshot {
     pub onode_cache_hits: u64,
     pub onode_cache_misses: u64,
     pub onode_cache_entries: u64,
+    pub onode_cache_bytes: u64,
     pub data_cache_hits: u64,
     pub data_cache_misses: u64,
     pub data_cache_bytes: u64,

@@ -61,7 +61,9 @@ pub(crate) struct DeferredRecord {
 
 /// Encode a deferred record's writes as the `D` value: a format byte, a
 /// count (u32 LE), then per write its device offset (u64 LE) and one block.
-pub(crate) fn encode_deferred<'a>(writes: impl ExactSizeIterator<Item = (u64, &'a [u8])>) -> Vec<u8> {
+pub(crate) fn encode_deferred<'a>(
+    writes: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + writes.len() * (8 + BLOCK as usize));
     out.push(DEFERRED_FORMAT);
     out.extend_from_slice(&(writes.len() as u32).to_le_bytes());
@@ -86,7 +88,10 @@ pub(crate) fn decode_deferred(value: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, Strin
     let entry = 8 + BLOCK as usize;
     let body = &rest[4..];
     if body.len() != count * entry {
-        return Err(format!("deferred record of {} bytes for {count} writes", body.len()));
+        return Err(format!(
+            "deferred record of {} bytes for {count} writes",
+            body.len()
+        ));
     }
     Ok(body
         .chunks(entry)

@@ -25,9 +25,6 @@ use crate::pipeline::{commit_loop, deferred_loop, try_release, Pipeline};
 use crate::read::{self, Sources};
 use crate::state::{kv_error, Inner, ReadTracker, State};
 
-/// Bytes one cached onode is assumed to take, for sizing the onode cache.
-const ONODE_BYTES: u64 = 4096;
-
 /// A mounted BlueStore-class object store. Dropping it waits for every
 /// queued commit and deferred write, then stops its threads.
 pub struct BlueStore {
@@ -48,7 +45,7 @@ impl BlueStore {
         let au = m.sb.min_alloc_size;
         let cache = &opts.cache;
         let state = State {
-            onodes: OnodeCache::new((cache.meta_bytes() / ONODE_BYTES) as usize),
+            onodes: OnodeCache::new(cache.meta_bytes()),
             alloc: Allocator::new(m.free.clone(), au),
             freelist: Freelist::new(m.free),
             next_nid: m.nid_limit,
@@ -109,6 +106,7 @@ impl BlueStore {
             p.onode_cache_hits = st.onodes.hits;
             p.onode_cache_misses = st.onodes.misses;
             p.onode_cache_entries = st.onodes.len() as u64;
+            p.onode_cache_bytes = st.onodes.bytes();
             p.free_bytes = st.freelist.total();
             p.allocatable_bytes = st.alloc.free_bytes();
         }
@@ -126,8 +124,7 @@ impl BlueStore {
         c.cache_size = cache_size;
         self.inner.cache.set_capacity(c.data_bytes());
         let mut st = self.inner.state.lock();
-        st.onodes
-            .set_capacity((c.meta_bytes() / ONODE_BYTES) as usize);
+        st.onodes.set_capacity(c.meta_bytes());
         let committed = self.inner.committed();
         st.onodes.trim(committed);
     }

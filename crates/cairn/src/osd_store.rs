@@ -239,7 +239,10 @@ fn open_device(path: &Path, conf: &OsdConfig) -> Result<Arc<dyn BlockDevice>> {
 fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn Kv>> {
     let opts = RocksKvOptions {
         wal_dir: paths.wal.clone(),
-        block_cache_bytes: cache_options(conf).kv_bytes(),
+        // The key-value share of the cache: half block cache, half the two
+        // memtables.
+        block_cache_bytes: cache_options(conf).kv_bytes() / 2,
+        memtable_bytes: (cache_options(conf).kv_bytes() / 4).max(4 << 20),
         options: conf.bluestore_rocksdb_options.clone(),
         create,
     };

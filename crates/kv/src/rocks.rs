@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{Cache, Env, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
-use crate::rocks_options::{parse_options_string, persist};
+use crate::rocks_options::{parse_options_string, persist, Base};
 use crate::{Batch, Kv, KvError, Op, Result};
 
 /// How to open a [`RocksKv`].
@@ -23,6 +23,9 @@ pub struct RocksKvOptions {
     pub wal_dir: Option<PathBuf>,
     /// Block cache capacity in bytes.
     pub block_cache_bytes: u64,
+    /// Bytes of one memtable (RocksDB's `write_buffer_size`; two are kept)
+    /// unless the options string sets it.
+    pub memtable_bytes: u64,
     /// A RocksDB options string (see [`parse_options_string`]).
     pub options: String,
     /// Create the database if it does not exist (mkfs); otherwise opening a
@@ -35,6 +38,7 @@ impl Default for RocksKvOptions {
         Self {
             wal_dir: None,
             block_cache_bytes: 64 << 20,
+            memtable_bytes: 32 << 20,
             options: String::new(),
             create: false,
         }
@@ -67,12 +71,11 @@ impl RocksKv {
             })?;
         }
         let parsed = parse_options_string(&options.options)?;
-        persist(
-            path,
-            options.wal_dir.as_deref(),
-            &parsed.rocksdb,
-            options.create,
-        )?;
+        let base = Base {
+            create: options.create,
+            memtable_bytes: options.memtable_bytes,
+        };
+        persist(path, options.wal_dir.as_deref(), &parsed.rocksdb, base)?;
 
         let mut env = Env::new().map_err(|e| open_err(e.to_string()))?;
         if let Some(n) = parsed.compaction_threads {

@@ -68,12 +68,21 @@ pub fn parse_options_string(text: &str) -> Result<RocksOptionsString> {
 /// Apply `rocksdb` (RocksDB's own `key=value;...` syntax) on top of Cairn's
 /// base settings and open and close the database at `path` with the
 /// result, so that its `OPTIONS` file records them. Creates the database
-/// if `create`; otherwise it must exist.
+/// if `base_opts.create`; otherwise it must exist.
+/// Cairn's settings under the user's string: what RocksDB is opened with
+/// unless the string says otherwise.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Base {
+    pub create: bool,
+    /// Bytes of one memtable; two are kept (one filling, one flushing).
+    pub memtable_bytes: u64,
+}
+
 pub(crate) fn persist(
     path: &Path,
     wal_dir: Option<&Path>,
     rocksdb: &str,
-    create: bool,
+    base_opts: Base,
 ) -> Result<()> {
     let open_err = |reason: String| KvError::Open {
         path: path.display().to_string(),
@@ -90,7 +99,15 @@ pub(crate) fn persist(
     // SAFETY: `base` and `applied` are live options objects owned here; the
     // strings outlive the calls; `err` is freed by `take_error`.
     unsafe {
-        librocksdb_sys::rocksdb_options_set_create_if_missing(base.0, u8::from(create));
+        librocksdb_sys::rocksdb_options_set_create_if_missing(base.0, u8::from(base_opts.create));
+        // Memtables are the key-value store's largest memory user: bounded
+        // here so that an OSD's memory follows its cache size.
+        let memtable = usize::try_from(base_opts.memtable_bytes).unwrap_or(usize::MAX);
+        librocksdb_sys::rocksdb_options_set_write_buffer_size(base.0, memtable);
+        librocksdb_sys::rocksdb_options_set_max_write_buffer_number(base.0, 2);
+        // Metadata is small and deferred data rarely compresses: spend no
+        // CPU on it (0 is kNoCompression).
+        librocksdb_sys::rocksdb_options_set_compression(base.0, 0);
         if let Some(wal) = &c_wal {
             librocksdb_sys::rocksdb_options_set_wal_dir(base.0, wal.as_ptr());
         }
