@@ -51,6 +51,9 @@ pub(crate) struct Builder<'a> {
     pub staged: HashMap<u64, Bytes>,
     /// Of those, the ones written in place through the WAL.
     pub deferred: BTreeSet<u64>,
+    /// Of those, blocks of large new blobs: not kept in the cache once
+    /// written (large writes would push out what is more likely read).
+    pub uncached: BTreeSet<u64>,
     pub allocated: Vec<PExtent>,
     pub released: Vec<PExtent>,
     colls: BTreeSet<Collection>,
@@ -74,6 +77,7 @@ impl<'a> Builder<'a> {
             writes: Vec::new(),
             staged: HashMap::new(),
             deferred: BTreeSet::new(),
+            uncached: BTreeSet::new(),
             allocated: Vec::new(),
             released: Vec::new(),
             colls: BTreeSet::new(),
@@ -322,14 +326,14 @@ impl<'a> Builder<'a> {
         self.st.next_seq += 1;
 
         let deferred = self.deferred_record(&mut batch);
-        let data_pins: Vec<(u64, u64)> = self
+        let data_pins: Vec<(u64, u64, bool)> = self
             .staged
             .iter()
             .filter(|(phys, _)| !self.deferred.contains(phys))
             .map(|(&phys, data)| {
                 let pin = inner.cache.new_pin();
                 inner.cache.pin(phys, data.clone(), pin);
-                (phys, pin)
+                (phys, pin, !self.uncached.contains(&phys))
             })
             .collect();
         let data = (!self.writes.is_empty())

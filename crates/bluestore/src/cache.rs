@@ -118,14 +118,17 @@ impl BufferCache {
         s.pinned.insert(block, Pinned { data, pin });
     }
 
-    /// The write `pin` reached the device: the block becomes a clean copy,
-    /// unless a later write pinned it again.
-    pub fn unpin(&self, phys: u64, pin: u64) {
+    /// The write `pin` reached the device: the block becomes a clean copy
+    /// (or, without `keep`, leaves the cache), unless a later write pinned
+    /// it again.
+    pub fn unpin(&self, phys: u64, pin: u64, keep: bool) {
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
         if s.pinned.get(&block).is_some_and(|p| p.pin == pin) {
             if let Some(p) = s.pinned.remove(&block) {
-                Self::put_clean(&mut s, block, p.data);
+                if keep {
+                    Self::put_clean(&mut s, block, p.data);
+                }
             }
         }
     }
@@ -320,10 +323,10 @@ mod tests {
         c.pin(0, a.clone(), p1);
         let p2 = c.new_pin();
         c.pin(0, b.clone(), p2);
-        c.unpin(0, p1); // an older write finishing does not unpin the newer
+        c.unpin(0, p1, true); // an older write finishing does not unpin the newer
         assert_eq!(c.get(0), Some(b.clone()));
         assert_eq!(c.usage(), (0, BLOCK));
-        c.unpin(0, p2);
+        c.unpin(0, p2, true);
         assert_eq!(c.usage(), (BLOCK, 0));
         // A clean block is evicted by another clean block of its shard.
         c.insert_clean(SHARDS as u64 * BLOCK, a);

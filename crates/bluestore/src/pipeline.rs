@@ -117,8 +117,9 @@ pub(crate) struct Prepared {
     pub batch: Batch,
     /// Its new data, already submitted to the device.
     pub data: Option<BoxFuture<Result<(), DeviceError>>>,
-    /// Blocks of that data pinned in the cache: `(device offset, pin)`.
-    pub data_pins: Vec<(u64, u64)>,
+    /// Blocks of that data pinned in the cache: `(device offset, pin,
+    /// keep cached once written)`.
+    pub data_pins: Vec<(u64, u64, bool)>,
     pub deferred: Option<DeferredRecord>,
     pub release: Option<Release>,
     pub done: oneshot::Sender<Result<(), StoreError>>,
@@ -250,8 +251,8 @@ fn finish_group(inner: &Inner, group: Vec<Prepared>) {
     let mut deferred = Vec::new();
     let mut releases = Vec::new();
     for p in group {
-        for (phys, pin) in p.data_pins {
-            inner.cache.unpin(phys, pin);
+        for (phys, pin, keep) in p.data_pins {
+            inner.cache.unpin(phys, pin, keep);
         }
         deferred.extend(p.deferred);
         releases.extend(p.release);
@@ -347,7 +348,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     let mut bytes = 0;
     for r in round {
         for (phys, _, pin) in &r.writes {
-            inner.cache.unpin(*phys, *pin);
+            inner.cache.unpin(*phys, *pin, true);
             bytes += BLOCK;
         }
     }

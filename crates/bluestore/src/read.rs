@@ -25,6 +25,9 @@ use crate::checksum::ChecksumType;
 use crate::onode::{Blob, Onode, Piece, BLOCK};
 use crate::perf::Perf;
 
+/// Device reads of at least this many blocks are not kept in the cache.
+const UNCACHED_RUN_BLOCKS: usize = 16;
+
 /// One device block of a raw blob and what it must checksum to.
 #[derive(Clone, Debug)]
 pub(crate) struct RawBlock {
@@ -207,12 +210,18 @@ impl Sources<'_> {
             self.perf
                 .device_read_bytes
                 .fetch_add(n as u64 * BLOCK, Ordering::Relaxed);
+            // The buffer becomes the blocks' bytes without a copy. Large
+            // runs (sequential reads) are not cached: they would only push
+            // out blocks more likely to be read again.
+            let whole = Bytes::from_owner(buf);
+            let cache = n < UNCACHED_RUN_BLOCKS;
             for k in 0..n {
-                let block = &buf[k * BLOCK as usize..(k + 1) * BLOCK as usize];
-                check(start + k, block)?;
-                let bytes = Bytes::copy_from_slice(block);
-                self.cache.insert_clean(wanted[start + k], bytes.clone());
-                out[start + k] = Some(bytes);
+                let block = whole.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
+                check(start + k, &block)?;
+                if cache {
+                    self.cache.insert_clean(wanted[start + k], block.clone());
+                }
+                out[start + k] = Some(block);
             }
         }
         Ok(out.into_iter().flatten().collect())

@@ -30,6 +30,9 @@ use crate::compression::maybe_compress;
 use crate::onode::{Blob, Extent, Onode, Piece, Shard, BLOCK};
 use crate::read::{self, Sources};
 
+/// Blocks of new blobs this large are not kept in the cache once written.
+const UNCACHED_BLOB_BYTES: usize = 64 << 10;
+
 fn floor(x: u64, unit: u64) -> u64 {
     x / unit * unit
 }
@@ -291,11 +294,12 @@ impl Builder<'_> {
         } else {
             b - a
         };
+        let buf = Bytes::from(buf);
         let mut new_blobs = Vec::new();
         let mut at = 0u64;
         while at < b - a {
             let len = chunk.min(b - a - at);
-            let raw = &buf[at as usize..(at + len) as usize];
+            let raw = buf.slice(at as usize..(at + len) as usize);
             new_blobs.push((a + at, self.new_blob(raw, compress)?));
             at += len;
         }
@@ -327,7 +331,7 @@ impl Builder<'_> {
     }
 
     /// Allocate, fill and stage a blob holding `raw`.
-    fn new_blob(&mut self, raw: &[u8], compress: bool) -> Result<Blob, StoreError> {
+    fn new_blob(&mut self, raw: Bytes, compress: bool) -> Result<Blob, StoreError> {
         let opts = &self.inner.opts;
         let au = self.inner.au();
         let compressed = if compress {
@@ -335,7 +339,7 @@ impl Builder<'_> {
                 opts.compression_algorithm,
                 opts.compression_required_ratio,
                 au,
-                raw,
+                &raw,
             )
         } else {
             None
@@ -351,9 +355,12 @@ impl Builder<'_> {
                     .fetch_add(u64::from(clen), Ordering::Relaxed);
                 let mut padded = c;
                 padded.resize(ceil(u64::from(clen), BLOCK) as usize, 0);
-                (padded, Some((opts.compression_algorithm, clen)))
+                (
+                    Bytes::from(padded),
+                    Some((opts.compression_algorithm, clen)),
+                )
             }
-            None => (raw.to_vec(), None),
+            None => (raw.clone(), None),
         };
         let alloc_len = ceil(stored.len() as u64, au);
         let pextents = self
@@ -364,7 +371,6 @@ impl Builder<'_> {
         self.allocated.extend(pextents.iter().copied());
         let csum = opts.checksum;
         let csums = csum.compute(&stored);
-        let stored = Bytes::from(stored);
         let mut at = 0usize;
         for p in &pextents {
             let n = (p.len as usize).min(stored.len() - at);
@@ -373,7 +379,11 @@ impl Builder<'_> {
                 self.writes.push((p.offset, AlignedBuf::from_slice(&piece)));
                 for k in 0..n / BLOCK as usize {
                     let block = piece.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
-                    self.staged.insert(p.offset + (k as u64) * BLOCK, block);
+                    let phys = p.offset + (k as u64) * BLOCK;
+                    self.staged.insert(phys, block);
+                    if stored.len() >= UNCACHED_BLOB_BYTES {
+                        self.uncached.insert(phys);
+                    }
                 }
             }
             at += n;
