@@ -308,7 +308,54 @@ fn fio_points_sit_beside_the_store_points() {
         .as_f64()
         .expect("ratio");
     assert!(ratio > 0.0, "{doc}");
+    // 4k-randwrite-1 is selected, so it runs once more with fdatasync: the
+    // latency target's baseline, with its own row and ratio.
+    let synced: Vec<&Value> = rows.iter().filter(|r| r["path"] == "fio+sync").collect();
+    assert_eq!(synced.len(), 1, "{doc}");
+    assert_eq!(synced[0]["point"], "4k-randwrite-1");
+    assert_eq!(synced[0]["rw"], "randwrite");
+    assert_eq!(synced[0]["bs"], 4096);
+    assert_eq!(synced[0]["iodepth"], 1);
+    assert!(synced[0]["iops"].as_f64().expect("iops") > 0.0, "{doc}");
+    assert!(synced[0]["mean_us"].as_f64().expect("mean") > 0.0, "{doc}");
+    let target = doc["ratios"]["randwrite_4k_qd1_latency_vs_fio_fdatasync"]
+        .as_f64()
+        .expect("target ratio");
+    assert!(target > 0.0, "{doc}");
     assert!(entries(tmp.path()).is_empty(), "fio.dat left behind");
+
+    // Without 4k-randwrite-1 there is no fdatasync point and no target ratio.
+    let doc = json_ok(
+        &[
+            "bench",
+            "store",
+            "--store",
+            "memstore",
+            "--dir",
+            dir,
+            "--size",
+            "4M",
+            "--runtime",
+            "1",
+            "--ramp",
+            "0",
+            "--points",
+            "4k-randread-1",
+        ],
+        &[],
+    );
+    assert_eq!(doc["fio"]["state"], "ran", "{doc}");
+    let paths: Vec<&str> = doc["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|r| r["path"].as_str().expect("path"))
+        .collect();
+    assert_eq!(paths, ["store", "fio"], "{doc}");
+    assert!(
+        doc["ratios"]["randwrite_4k_qd1_latency_vs_fio_fdatasync"].is_null(),
+        "{doc}"
+    );
 }
 
 #[test]

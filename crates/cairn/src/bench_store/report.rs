@@ -1,0 +1,273 @@
+//! What `cairn bench store` shows: a table [`Row`] per point and path, the
+//! sequential passes ([`Fill`]), the store/fio [`Ratios`], and the whole
+//! [`Document`] that `--json` prints; [`Out`] prints the text as it goes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cairn_bench::{fmt_bytes, fmt_us, DirStats, RwMode};
+use serde::Serialize;
+
+use super::fio::{FioStatus, SYNC_PATH};
+use super::plan::Point;
+use super::store::PerfSummary;
+use super::{FILL_BS, FILL_IODEPTH, MIB};
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Row {
+    /// `store`, `fio`, or `fio+sync` (fio's 4K random write at iodepth 1
+    /// with an fdatasync after every write).
+    pub(super) path: &'static str,
+    /// The point's name, as `--points` takes it.
+    pub(super) point: String,
+    pub(super) rw: RwMode,
+    pub(super) bs: u64,
+    pub(super) iodepth: u32,
+    pub(super) iops: f64,
+    pub(super) mib_per_s: f64,
+    pub(super) mean_us: f64,
+    pub(super) p50_us: f64,
+    pub(super) p99_us: f64,
+    #[serde(rename = "p99.99_us")]
+    pub(super) p99_99_us: f64,
+    /// Operations measured (store rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ops: Option<u64>,
+    /// The BlueStore's counters over this point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) perf: Option<PerfSummary>,
+}
+
+impl Row {
+    pub(super) fn new(path: &'static str, p: Point) -> Row {
+        Row {
+            path,
+            point: p.name(),
+            rw: p.rw,
+            bs: p.bs,
+            iodepth: p.iodepth,
+            iops: 0.0,
+            mib_per_s: 0.0,
+            mean_us: 0.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            p99_99_us: 0.0,
+            ops: None,
+            perf: None,
+        }
+    }
+
+    pub(super) fn from_stats(p: Point, d: &DirStats) -> Row {
+        Row {
+            iops: d.iops,
+            mib_per_s: d.mib_per_s,
+            mean_us: d.lat.mean_us,
+            p50_us: d.lat.p50_us,
+            p99_us: d.lat.p99_us,
+            p99_99_us: d.lat.p99_99_us,
+            ops: Some(d.ops),
+            ..Row::new("store", p)
+        }
+    }
+
+    pub(super) fn line(&self) -> String {
+        format!(
+            "{:<8} {:<9} {:>4} {:>7} {:>10.0} {:>9.1} {:>9} {:>9} {:>9} {:>10}",
+            self.path,
+            self.rw.as_str(),
+            fmt_bytes(self.bs),
+            self.iodepth,
+            self.iops,
+            self.mib_per_s,
+            fmt_us(self.mean_us),
+            fmt_us(self.p50_us),
+            fmt_us(self.p99_us),
+            fmt_us(self.p99_99_us),
+        )
+    }
+}
+
+pub(super) fn table_header() -> String {
+    format!(
+        "{:<8} {:<9} {:>4} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "path",
+        "workload",
+        "bs",
+        "iodepth",
+        "IOPS",
+        "MiB/s",
+        "mean(us)",
+        "p50(us)",
+        "p99(us)",
+        "p99.99(us)"
+    )
+}
+
+/// A sequential pass that wrote the whole volume or file.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Fill {
+    bytes: u64,
+    bs: u64,
+    iodepth: u32,
+    seconds: f64,
+    mib_per_s: f64,
+}
+
+impl Fill {
+    pub(super) fn new(bytes: u64, took: Duration) -> Fill {
+        let seconds = took.as_secs_f64();
+        Fill {
+            bytes,
+            bs: FILL_BS,
+            iodepth: FILL_IODEPTH,
+            seconds,
+            mib_per_s: if seconds > 0.0 {
+                bytes as f64 / MIB as f64 / seconds
+            } else {
+                0.0
+            },
+        }
+    }
+
+    pub(super) fn text(&self, what: &str) -> String {
+        format!(
+            "{what}: {} written sequentially ({} writes, {} in flight) in {:.1}s, {:.0} MiB/s; not measured",
+            fmt_bytes(self.bytes),
+            fmt_bytes(self.bs),
+            self.iodepth,
+            self.seconds,
+            self.mib_per_s
+        )
+    }
+}
+
+/// store / fio for the headline points.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(super) struct Ratios {
+    randwrite_4k_qd32_iops: Option<f64>,
+    randread_4k_qd32_iops: Option<f64>,
+    randwrite_4k_qd1_mean_latency: Option<f64>,
+    /// The latency target's ratio (target: at most 2): the store's 4K random
+    /// write mean latency at iodepth 1 over raw fio's write + fdatasync.
+    randwrite_4k_qd1_latency_vs_fio_fdatasync: Option<f64>,
+}
+
+impl Ratios {
+    pub(super) fn new(rows: &[Row]) -> Ratios {
+        let find = |path: &str, rw: RwMode, iodepth: u32| {
+            rows.iter()
+                .find(|r| r.path == path && r.rw == rw && r.bs == 4096 && r.iodepth == iodepth)
+        };
+        let ratio = |base: &str, rw: RwMode, iodepth: u32, pick: fn(&Row) -> f64| {
+            let store = pick(find("store", rw, iodepth)?);
+            let fio = pick(find(base, rw, iodepth)?);
+            (fio > 0.0).then(|| store / fio)
+        };
+        Ratios {
+            randwrite_4k_qd32_iops: ratio("fio", RwMode::RandWrite, 32, |r| r.iops),
+            randread_4k_qd32_iops: ratio("fio", RwMode::RandRead, 32, |r| r.iops),
+            randwrite_4k_qd1_mean_latency: ratio("fio", RwMode::RandWrite, 1, |r| r.mean_us),
+            randwrite_4k_qd1_latency_vs_fio_fdatasync: ratio(
+                SYNC_PATH,
+                RwMode::RandWrite,
+                1,
+                |r| r.mean_us,
+            ),
+        }
+    }
+
+    pub(super) fn text(&self) -> String {
+        let show = |r: Option<f64>| r.map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}x"));
+        format!(
+            "store/fio: 4K randwrite QD32 IOPS {}, 4K randread QD32 IOPS {}, 4K randwrite QD1 mean latency {}; \
+             target <= 2x: 4K randwrite QD1 mean latency vs fio write+fdatasync {}",
+            show(self.randwrite_4k_qd32_iops),
+            show(self.randread_4k_qd32_iops),
+            show(self.randwrite_4k_qd1_mean_latency),
+            show(self.randwrite_4k_qd1_latency_vs_fio_fdatasync)
+        )
+    }
+}
+
+/// The whole result (what `--json` prints).
+#[derive(Debug, Serialize)]
+pub(super) struct Document {
+    pub(super) store: String,
+    /// What mkfs made.
+    pub(super) made: String,
+    pub(super) dir: PathBuf,
+    pub(super) size: u64,
+    pub(super) object_size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) bluestore_block_size: Option<u64>,
+    pub(super) runtime_s: u64,
+    pub(super) ramp_s: u64,
+    pub(super) threads: u32,
+    pub(super) set: Vec<String>,
+    pub(super) note: &'static str,
+    pub(super) precondition: Fill,
+    pub(super) points: Vec<Row>,
+    pub(super) fio: FioStatus,
+    pub(super) ratios: Ratios,
+    /// The BlueStore's counters over the store run (precondition included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) perf: Option<PerfSummary>,
+}
+
+/// Prints as the run goes, unless the output is one JSON document at the end.
+pub(super) struct Out {
+    pub(super) json: bool,
+}
+
+impl Out {
+    pub(super) fn line(&self, text: impl AsRef<str>) {
+        if !self.json {
+            println!("{}", text.as_ref());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_need_both_paths() {
+        let p = |rw, iodepth| Point {
+            rw,
+            bs: 4096,
+            iodepth,
+        };
+        let row = |path, pt: Point, iops: f64, mean_us: f64| Row {
+            path,
+            iops,
+            mean_us,
+            ..Row::new(path, pt)
+        };
+        let mut rows = vec![
+            row("store", p(RwMode::RandWrite, 32), 500.0, 0.0),
+            row("fio", p(RwMode::RandWrite, 32), 1000.0, 0.0),
+            row("store", p(RwMode::RandWrite, 1), 0.0, 300.0),
+            row("fio", p(RwMode::RandWrite, 1), 0.0, 100.0),
+            row("store", p(RwMode::RandRead, 32), 10.0, 0.0),
+        ];
+        let r = Ratios::new(&rows);
+        assert_eq!(r.randwrite_4k_qd32_iops, Some(0.5));
+        assert_eq!(r.randwrite_4k_qd1_mean_latency, Some(3.0));
+        assert_eq!(r.randread_4k_qd32_iops, None);
+        assert!(r.text().contains("0.50x") && r.text().contains("n/a"));
+        assert_eq!(r.randwrite_4k_qd1_latency_vs_fio_fdatasync, None);
+
+        // The target's ratio is against the fio+sync row, not the fio one.
+        rows.push(row(SYNC_PATH, p(RwMode::RandWrite, 1), 0.0, 200.0));
+        let r = Ratios::new(&rows);
+        assert_eq!(r.randwrite_4k_qd1_mean_latency, Some(3.0));
+        assert_eq!(r.randwrite_4k_qd1_latency_vs_fio_fdatasync, Some(1.5));
+        assert!(
+            r.text().contains("vs fio write+fdatasync 1.50x"),
+            "{}",
+            r.text()
+        );
+    }
+}
