@@ -2,7 +2,7 @@
 //!
 //! | prefix | key after the prefix                     | value                                  |
 //! |--------|------------------------------------------|----------------------------------------|
-//! | `S`    | name (`super`, `nid`)                    | superblock; next object id             |
+//! | `S`    | name (`super`, `nid`, `jnext`)           | superblock; next object id; journal position |
 //! | `O`    | collection (8 B) · object name           | onode core ([`crate::onode::Core`])    |
 //! | `X`    | nid (8 B) · shard index (4 B)            | extent-map shard ([`crate::onode::Shard`]) |
 //! | `M`    | nid (8 B) · omap key                     | omap value                             |
@@ -27,6 +27,8 @@ pub const DEFERRED: u8 = b'D';
 
 pub const SUPER_KEY: &[u8] = b"Ssuper";
 pub const NID_KEY: &[u8] = b"Snid";
+/// Where the commit journal continues after the last batch written here.
+pub const JOURNAL_KEY: &[u8] = b"Sjnext";
 
 /// Bytes of an encoded collection.
 pub const COLL_LEN: usize = 8;

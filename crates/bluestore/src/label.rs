@@ -20,7 +20,7 @@ use crate::onode::{decode, encode, BLOCK};
 
 pub const MAGIC: &[u8; 8] = b"CAIRNBS1";
 /// Version of the on-disk format.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Superblock {
@@ -31,13 +31,21 @@ pub struct Superblock {
     pub device_size: u64,
     pub min_alloc_size: u64,
     pub shard_size: u64,
-    /// First byte of data space (after the label).
+    /// The commit journal's region (after the label).
+    pub journal_start: u64,
+    pub journal_len: u64,
+    /// First byte of data space (after the journal).
     pub data_start: u64,
 }
 
 impl Superblock {
     pub fn id(&self) -> String {
         format!("{:032x}", self.uuid)
+    }
+
+    /// The id journal records carry (the low half of the store id).
+    pub fn journal_id(&self) -> u64 {
+        self.uuid as u64
     }
 }
 
@@ -101,7 +109,9 @@ mod tests {
             device_size: 1 << 30,
             min_alloc_size: 4096,
             shard_size: 256 << 10,
-            data_start: 4096,
+            journal_start: 4096,
+            journal_len: 1 << 20,
+            data_start: 4096 + (1 << 20),
         };
         let mut block = encode_label(&sb);
         assert_eq!(decode_label(&block), Ok(Label::Store(sb)));

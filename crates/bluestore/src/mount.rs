@@ -17,6 +17,7 @@ use cairn_kv::{scan_all, Batch, Kv};
 use cairn_store::{Collection, StoreError};
 
 use crate::allocator::load_freelist;
+use crate::journal::{self, Position};
 use crate::keys;
 use crate::label::{decode_label, encode_label, Label, Superblock, VERSION};
 use crate::onode::{decode, encode, BLOCK};
@@ -84,7 +85,15 @@ pub fn mkfs(
             ));
         }
     }
-    let data_start = au.max(BLOCK);
+    let journal_start = au.max(BLOCK);
+    let journal_len = opts.journal_size.min(size / 8) / au * au;
+    if journal_len < (1 << 20).max(au) {
+        return Err(invalid(format!(
+            "journal of {} bytes is too small (at least 1 MiB)",
+            opts.journal_size
+        )));
+    }
+    let data_start = journal_start + journal_len;
     let data_end = size / au * au;
     let sb = Superblock {
         version: VERSION,
@@ -92,16 +101,32 @@ pub fn mkfs(
         device_size: size,
         min_alloc_size: au,
         shard_size: opts.shard_size,
+        journal_start,
+        journal_len,
         data_start,
     };
     let mut batch = Batch::new();
     batch.delete_range(vec![0u8], vec![0xffu8; 2]);
     batch.put(keys::SUPER_KEY.to_vec(), encode(&sb));
     batch.put(keys::NID_KEY.to_vec(), 1u64.to_be_bytes().to_vec());
+    let start = Position { offset: 0, seq: 1 };
+    batch.put(keys::JOURNAL_KEY.to_vec(), start.encode());
     batch.put(
         keys::free(data_start),
         (data_end - data_start).to_be_bytes().to_vec(),
     );
+    // Write the journal region once: a file's preallocated blocks are
+    // "unwritten" until first written, and converting them costs a
+    // file-system metadata commit on every flush; a device's old data is
+    // wiped with it.
+    let chunk = (1u64 << 20).min(journal_len);
+    let mut at = 0;
+    while at < journal_len {
+        let n = chunk.min(journal_len - at);
+        let zeros = AlignedBuf::zeroed(n as usize);
+        block_on(device.write(journal_start + at, zeros)).map_err(device_error)?;
+        at += n;
+    }
     kv.write(batch, true).map_err(kv_error)?;
     let block = AlignedBuf::from_slice(&encode_label(&sb));
     block_on(device.write(0, block)).map_err(device_error)?;
@@ -112,6 +137,9 @@ pub fn mkfs(
 /// What mount learns from the device and the key-value store.
 pub(crate) struct Mounted {
     pub sb: Superblock,
+    /// Where the commit journal continues (all of it is in the key-value
+    /// store, synced, after replay).
+    pub journal: Position,
     pub free: RangeSet,
     pub nid_limit: u64,
     pub next_seq: u64,
@@ -157,6 +185,7 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
             device.size()
         )));
     }
+    let journal = replay_journal(device, kv, &sb)?;
     let (start, end) = keys::range_of(&[keys::FREE]);
     let entries = scan_all(kv, &start, &end).map_err(kv_error)?;
     let free = load_freelist(&entries, sb.min_alloc_size, sb.data_start, sb.device_size)
@@ -173,6 +202,7 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
     let (colls, objects) = scan_collections(kv)?;
     Ok(Mounted {
         sb,
+        journal,
         free,
         nid_limit,
         next_seq,
@@ -180,6 +210,51 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
         objects,
         replayed,
     })
+}
+
+/// Write the batches of the journal records the key-value store lacks
+/// (those after its `Sjnext`) into it, in order, and sync it. Returns where
+/// the journal continues.
+fn replay_journal(
+    device: &dyn BlockDevice,
+    kv: &dyn Kv,
+    sb: &Superblock,
+) -> Result<Position, StoreError> {
+    let corrupt = |e: String| StoreError::Corrupt(format!("journal: {e}"));
+    let from = match kv.get(keys::JOURNAL_KEY).map_err(kv_error)? {
+        Some(v) => Position::decode(&v).ok_or_else(|| corrupt("bad position".into()))?,
+        None => {
+            return Err(corrupt(
+                "the metadata database has no journal position".into(),
+            ))
+        }
+    };
+    if from.offset >= sb.journal_len || from.offset % BLOCK != 0 {
+        return Err(corrupt(format!(
+            "position {} outside the journal",
+            from.offset
+        )));
+    }
+    let (records, end) = journal::scan(
+        device,
+        sb.journal_id(),
+        (sb.journal_start, sb.journal_len),
+        from,
+    )
+    .map_err(corrupt)?;
+    for (payload, after) in &records {
+        let mut batch = Batch::decode(payload)
+            .map_err(|e| corrupt(format!("record {}: {e}", after.seq - 1)))?;
+        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
+        kv.write(batch, false).map_err(kv_error)?;
+    }
+    if !records.is_empty() {
+        let mut last = Batch::new();
+        last.put(keys::JOURNAL_KEY.to_vec(), end.encode());
+        kv.write(last, true).map_err(kv_error)?;
+        tracing::info!(records = records.len(), "replayed the commit journal");
+    }
+    Ok(end)
 }
 
 /// Apply the deferred writes a crash left, in order; returns how many

@@ -18,6 +18,9 @@ pub struct MkfsOptions {
     /// Logical bytes of an object covered by one extent-map shard (one KV
     /// entry): a multiple of `min_alloc_size`.
     pub shard_size: u64,
+    /// Bytes of the commit journal's region (a multiple of the allocation
+    /// unit); smaller devices get at most an eighth of their size.
+    pub journal_size: u64,
     /// Overwrite an existing store's label and database.
     pub force: bool,
 }
@@ -27,6 +30,7 @@ impl Default for MkfsOptions {
         Self {
             min_alloc_size: 4096,
             shard_size: 256 << 10,
+            journal_size: 64 << 20,
             force: false,
         }
     }

@@ -2,22 +2,20 @@
 //!
 //! A built transaction ([`Prepared`]) has its new data already submitted to
 //! the device and its metadata in a key-value batch. The **commit thread**
-//! takes every queued transaction at once, waits for their data writes,
-//! flushes the device once, writes all their batches in one synced
-//! key-value write (group commit), and only then completes their commits.
-//! So a commit is durable when acknowledged: data on the device and flushed
-//! before the metadata that points at it.
+//! (`commit`) makes whole groups of them durable at once: data flushed
+//! first, then their metadata as one journal record, and only then
+//! completes their commits.
 //!
 //! Deferred writes (small overwrites whose data travelled in the batch) go
 //! to the **deferred thread** after their commit: it writes them in place,
-//! flushes, then deletes their records from the key-value store. Until
+//! flushes, then deletes their records through a commit of its own. Until
 //! then their blocks stay pinned in the buffer cache, and after a crash
 //! mount replays the records that remain.
 //!
 //! Space a transaction released is handed back to the allocator only when
 //! (a) the transaction committed, (b) every deferred write of it and of
-//! earlier transactions reached the device and its record's deletion was
-//! written (so no replay can land on reused space), and (c) every read that
+//! earlier transactions reached the device and its record's deletion
+//! committed (so no replay can land on reused space), and (c) every read that
 //! might still use the space is done.
 //!
 //! Fault model: a failed device write, flush or key-value write fails the
@@ -40,8 +38,6 @@ use crate::keys;
 use crate::onode::{PExtent, BLOCK};
 use crate::state::Inner;
 
-/// Most transactions committed as one group.
-const MAX_GROUP: usize = 512;
 /// Most bytes of deferred writes applied in one round.
 const MAX_DEFERRED_ROUND: u64 = 32 << 20;
 /// A round starts once this many bytes of deferred writes are queued...
@@ -125,9 +121,9 @@ pub(crate) struct Prepared {
     pub done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-struct Queue<T> {
-    items: VecDeque<T>,
-    shutdown: bool,
+pub(crate) struct Queue<T> {
+    pub(crate) items: VecDeque<T>,
+    pub(crate) shutdown: bool,
 }
 
 impl<T> Default for Queue<T> {
@@ -148,11 +144,16 @@ struct Releases {
 
 #[derive(Default)]
 pub(crate) struct Pipeline {
-    commits: Mutex<Queue<Prepared>>,
-    commit_ready: Condvar,
+    pub(crate) commits: Mutex<Queue<Prepared>>,
+    pub(crate) commit_ready: Condvar,
     deferred: Mutex<Queue<DeferredRecord>>,
     deferred_ready: Condvar,
+    /// The deferred thread has stopped: it will submit nothing more.
+    pub(crate) deferred_stopped: std::sync::atomic::AtomicBool,
     releases: Mutex<Releases>,
+    /// Requests to the key-value sync thread.
+    pub(crate) sync: Mutex<Queue<()>>,
+    pub(crate) sync_ready: Condvar,
 }
 
 impl Pipeline {
@@ -181,69 +182,19 @@ impl Pipeline {
         self.deferred_ready.notify_all();
     }
 
+    /// Stop the key-value sync thread.
+    pub fn shutdown_sync(&self) {
+        self.sync.lock().shutdown = true;
+        self.sync_ready.notify_all();
+    }
+
     pub fn has_waiting_releases(&self) -> bool {
         !self.releases.lock().waiting.is_empty()
     }
 }
 
-/// The commit thread.
-pub(crate) fn commit_loop(inner: Arc<Inner>) {
-    loop {
-        let mut group: Vec<Prepared> = {
-            let mut q = inner.pipeline.commits.lock();
-            while q.items.is_empty() && !q.shutdown {
-                inner.pipeline.commit_ready.wait(&mut q);
-            }
-            if q.items.is_empty() {
-                break;
-            }
-            let n = q.items.len().min(MAX_GROUP);
-            q.items.drain(..n).collect()
-        };
-        match commit_group(&inner, &mut group) {
-            Ok(()) => finish_group(&inner, group),
-            Err(why) => {
-                inner.fail(why);
-                for p in group {
-                    let _ = p.done.send(inner.check_failed());
-                }
-            }
-        }
-    }
-    // No more commits: let the deferred thread drain and stop.
-    inner.pipeline.shutdown_deferred();
-}
-
-/// Make a group durable: data, flush, then one synced metadata write.
-fn commit_group(inner: &Inner, group: &mut [Prepared]) -> Result<(), String> {
-    if let Some(why) = inner.failed.get() {
-        return Err(why.clone());
-    }
-    let mut flush = false;
-    for p in group.iter_mut() {
-        if let Some(data) = p.data.take() {
-            block_on(data).map_err(|e| format!("data write failed: {e}"))?;
-            flush = true;
-        }
-    }
-    if flush {
-        block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
-        inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
-    }
-    let mut batch = Batch::new();
-    for p in group.iter_mut() {
-        batch.append(std::mem::take(&mut p.batch));
-    }
-    let start = Instant::now();
-    inner
-        .kv
-        .write(batch, true)
-        .map_err(|e| format!("metadata commit failed: {e}"))?;
-    inner.perf.kv_commit(start.elapsed().as_micros() as u64);
-    Ok(())
-}
-
-fn finish_group(inner: &Inner, group: Vec<Prepared>) {
+/// A group is durable: complete its commits and hand on what follows.
+pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
     let Some(last) = group.last().map(|p| p.seq) else {
         return;
     };
@@ -277,6 +228,13 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
                 inner.pipeline.deferred_ready.wait(&mut q);
             }
             if q.items.is_empty() {
+                drop(q);
+                inner
+                    .pipeline
+                    .deferred_stopped
+                    .store(true, Ordering::Release);
+                let _commits = inner.pipeline.commits.lock();
+                inner.pipeline.commit_ready.notify_all();
                 return;
             }
             // Gather a batch: every round costs a device flush, so apply
@@ -339,12 +297,29 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     for r in round {
         batch.delete(keys::deferred(r.seq));
     }
-    // Not synced: the next commit's sync carries it, and space freed
-    // after these records is reused only by such a later commit.
-    inner
-        .kv
-        .write(batch, false)
-        .map_err(|e| format!("deleting deferred records failed: {e}"))?;
+    // The deletions commit like a transaction, in order with the others:
+    // space these records kept from reuse is released only after, so no
+    // replay can ever land on reused space.
+    let (done, committed) = oneshot::channel();
+    {
+        let mut st = inner.state.lock();
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        inner.pipeline.submit(Prepared {
+            seq,
+            batch,
+            data: None,
+            data_pins: Vec::new(),
+            deferred: None,
+            release: None,
+            done,
+        });
+    }
+    match block_on(committed) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("deleting deferred records failed: {e}")),
+        Err(_) => return Err("deleting deferred records: the commit thread stopped".into()),
+    }
     let mut bytes = 0;
     for r in round {
         for (phys, _, pin) in &r.writes {

@@ -93,6 +93,10 @@ pub(crate) struct Inner {
     pub committed: AtomicU64,
     /// Bytes of deferred writes not yet on the device.
     pub deferred_backlog: AtomicU64,
+    /// The last journal record whose batch went to the key-value store...
+    pub journal_written: AtomicU64,
+    /// ...and the last one a key-value sync made durable there.
+    pub journal_synced: AtomicU64,
 }
 
 impl Inner {

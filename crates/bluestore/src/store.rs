@@ -16,14 +16,19 @@ use parking_lot::Mutex;
 use crate::allocator::{Allocator, Freelist};
 use crate::builder::Builder;
 use crate::cache::{BufferCache, OnodeCache};
+use crate::commit::{commit_loop, sync_loop};
+use crate::journal::Journal;
 use crate::keys;
 use crate::label::Superblock;
 use crate::mount::mount;
 use crate::options::MountOptions;
 use crate::perf::{Perf, PerfSnapshot};
-use crate::pipeline::{commit_loop, deferred_loop, try_release, Pipeline};
+use crate::pipeline::{deferred_loop, try_release, Pipeline};
 use crate::read::{self, Sources};
 use crate::state::{kv_error, Inner, ReadTracker, State};
+
+/// What one of the store's threads runs.
+type ThreadBody = Box<dyn FnOnce(Arc<Inner>) + Send>;
 
 /// A mounted BlueStore-class object store. Dropping it waits for every
 /// queued commit and deferred write, then stops its threads.
@@ -68,18 +73,42 @@ impl BlueStore {
             failed: OnceLock::new(),
             committed: AtomicU64::new(m.next_seq - 1),
             deferred_backlog: AtomicU64::new(0),
+            journal_written: AtomicU64::new(m.journal.seq - 1),
+            journal_synced: AtomicU64::new(m.journal.seq - 1),
         });
+        let journal = Journal::new(
+            inner.device.clone(),
+            inner.sb.journal_id(),
+            (inner.sb.journal_start, inner.sb.journal_len),
+            m.journal,
+        );
+        let bodies: Vec<(&str, ThreadBody)> = vec![
+            (
+                "cairn-bs-commit",
+                Box::new(move |i| commit_loop(i, journal)),
+            ),
+            ("cairn-bs-deferred", Box::new(deferred_loop)),
+            ("cairn-bs-kvsync", Box::new(sync_loop)),
+        ];
         let mut threads = Vec::new();
-        for (name, body) in [
-            ("cairn-bs-commit", commit_loop as fn(Arc<Inner>)),
-            ("cairn-bs-deferred", deferred_loop as fn(Arc<Inner>)),
-        ] {
-            let inner = inner.clone();
-            let handle = std::thread::Builder::new()
+        for (name, body) in bodies {
+            let thread_inner = inner.clone();
+            let spawned = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || body(inner))
-                .map_err(StoreError::Io)?;
-            threads.push(handle);
+                .spawn(move || body(thread_inner));
+            match spawned {
+                Ok(handle) => threads.push(handle),
+                Err(e) => {
+                    // Stop what started (each thread stops the next).
+                    inner.pipeline.shutdown();
+                    inner.pipeline.shutdown_deferred();
+                    inner.pipeline.shutdown_sync();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(StoreError::Io(e));
+                }
+            }
         }
         Ok(Arc::new(Self {
             inner,
@@ -158,6 +187,7 @@ impl Drop for BlueStore {
         for t in threads {
             let _ = t.join();
             self.inner.pipeline.shutdown_deferred();
+            self.inner.pipeline.shutdown_sync();
         }
     }
 }

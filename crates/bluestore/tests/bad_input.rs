@@ -78,6 +78,7 @@ fn mkfs_refuses_bad_options() {
             min_alloc_size: au,
             shard_size: shard,
             force: true,
+            ..MkfsOptions::default()
         };
         let msg = invalid(mkfs(&device, &kv, &opts));
         assert!(msg.contains(what), "au {au} shard {shard}: {msg}");

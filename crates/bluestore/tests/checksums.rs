@@ -204,15 +204,17 @@ async fn corrupt_compressed_blob_is_a_checksum_error() {
     s.mount.compression_algorithm = Algorithm::Zstd;
     let a = oid(C1, "a");
     let data = text(256 * 1024);
-    {
+    let data_start = {
         let store = s.open();
         commit(&*store, tx(|t| t.write(&a, 0, bytes(data.clone())))).await;
         assert!(store.perf().compressed_blobs >= 1);
-    }
-    // Nothing but compressed blobs after the label: the first non-zero
-    // byte past block 0 is the start of the first blob (logical 0).
+        store.superblock().data_start
+    };
+    // Nothing but compressed blobs in data space (after the label and the
+    // journal): the first non-zero byte there starts the first blob.
     let image = s.device.to_vec();
-    let phys = 4096 + image[4096..].iter().position(|&b| b != 0).unwrap() as u64;
+    let from = data_start as usize;
+    let phys = data_start + image[from..].iter().position(|&b| b != 0).unwrap() as u64;
     assert_eq!(phys % 4096, 0);
     flip(&s, phys + 3);
     let store = s.open();

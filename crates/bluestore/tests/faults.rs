@@ -210,11 +210,11 @@ async fn failed_flush_fails_the_store() {
     remounts_show_acknowledged(&mut s, &model).await;
 }
 
-/// A small overwrite commits without a device flush (its data is in the
-/// WAL); a failed flush while applying it later fails the store, and the
+/// A small overwrite commits through the journal; applying it in place
+/// later fails (the data region refuses writes), which fails the store; the
 /// write, acknowledged, survives a power loss through replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_deferred_flush_fails_the_store_and_replay_recovers() {
+async fn failed_deferred_apply_fails_the_store_and_replay_recovers() {
     let mut s = FaultStores::new(64 * MIB);
     let a = oid(C1, "a");
     let mut da = pattern(1, 64 * 1024);
@@ -222,12 +222,14 @@ async fn failed_deferred_flush_fails_the_store_and_replay_recovers() {
     commit(&*store, tx(|t| t.write(&a, 0, bytes(da.clone())))).await;
 
     let injected = s.device.injected_errors();
-    s.device.fail_flush_once();
+    // The journal lies before the data space: commits still work.
+    let data_start = store.superblock().data_start;
+    s.device.inject_eio(data_start..64 * MIB, FaultOn::Writes);
     let block = pattern(2, 4096);
     commit(&*store, tx(|t| t.write(&a, 16384, bytes(block.clone())))).await;
     da[16384..20480].copy_from_slice(&block);
     assert_eq!(store.perf().deferred_writes, 1);
-    wait_for("the deferred flush to fail", || {
+    wait_for("the deferred write to fail", || {
         s.device.injected_errors() > injected
     })
     .await;
@@ -239,6 +241,7 @@ async fn failed_deferred_flush_fails_the_store_and_replay_recovers() {
     assert_bytes(&read_all(&*store, &a).await, &da, "failed store reads");
     drop(store);
 
+    s.device.clear_faults();
     s.replace(
         FaultDevice::from_image(s.device.crash_image(7, CrashPolicy::DropAll)),
         s.kv.crash_image(),
@@ -247,4 +250,44 @@ async fn failed_deferred_flush_fails_the_store_and_replay_recovers() {
     assert!(store.replayed() >= 1, "the deferred write is replayed");
     assert_bytes(&read_all(&*store, &a).await, &da, "after power loss");
     assert!(store.fsck(true, false).unwrap().is_clean());
+}
+
+/// A failed flush of a small overwrite's journal record fails that commit
+/// and the store; after a power loss the object holds the old data (or, if
+/// the unflushed record happened to survive, the new data): never a mix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_journal_flush_fails_the_commit() {
+    for policy in [CrashPolicy::DropAll, CrashPolicy::KeepAll] {
+        let mut s = FaultStores::new(64 * MIB);
+        let a = oid(C1, "a");
+        let old = pattern(1, 64 * 1024);
+        let store = s.open();
+        commit(&*store, tx(|t| t.write(&a, 0, bytes(old.clone())))).await;
+        s.device.fail_flush_once();
+        let block = pattern(2, 4096);
+        let t = tx(|t| t.write(&a, 16384, bytes(block.clone())));
+        let r = store.submit(t).unwrap().await;
+        assert!(matches!(r, Err(StoreError::Failed(_))), "{r:?}");
+        assert!(matches!(
+            store.submit(Transaction::new()),
+            Err(StoreError::Failed(_))
+        ));
+        drop(store);
+        s.replace(
+            FaultDevice::from_image(s.device.crash_image(3, policy)),
+            s.kv.crash_image(),
+        );
+        let store = s.open();
+        let got = read_all(&*store, &a).await;
+        let mut new = old.clone();
+        new[16384..20480].copy_from_slice(&block);
+        assert!(
+            got == old || got == new,
+            "{policy:?}: neither old nor new data"
+        );
+        if policy == CrashPolicy::DropAll {
+            assert_bytes(&got, &old, "an unflushed record is lost with the power");
+        }
+        assert!(store.fsck(true, false).unwrap().is_clean());
+    }
 }

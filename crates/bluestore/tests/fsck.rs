@@ -189,7 +189,11 @@ async fn fsck_reports_space_both_free_and_used() {
     // free list still loads).
     let au = s.mkfs.min_alloc_size;
     let free = free_list(&*s.kv);
-    let used_unit = (1..)
+    let data_start = match cairn_bluestore::read_label(&*s.device).unwrap() {
+        cairn_bluestore::Label::Store(sb) => sb.data_start,
+        other => panic!("{other:?}"),
+    };
+    let used_unit = (data_start / au..)
         .map(|k| k * au)
         .find(|&u| free.iter().all(|&(o, l)| u + au < o || u > o + l))
         .unwrap();

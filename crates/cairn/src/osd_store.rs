@@ -211,6 +211,7 @@ fn mkfs_bluestore_steps(
     let opts = MkfsOptions {
         min_alloc_size: conf.bluestore_min_alloc_size,
         shard_size: conf.bluestore_extent_shard_size,
+        journal_size: conf.bluestore_journal_size,
         force: req.force,
     };
     let sb = cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &opts)

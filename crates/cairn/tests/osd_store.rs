@@ -157,7 +157,8 @@ fn separate_db_and_wal_paths_and_fsck() {
     assert_eq!(report["errors"], serde_json::json!([]), "{report}");
     assert_eq!(report["leaked_bytes"], 0, "{report}");
     assert!(
-        report["free_bytes"].as_u64().unwrap() > 60 << 20,
+        // 64 MiB less the label, the journal (at most an eighth) and nothing else.
+        report["free_bytes"].as_u64().unwrap() > 54 << 20,
         "{report}"
     );
 

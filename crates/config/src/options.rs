@@ -105,6 +105,14 @@ fn at_least_16m(v: &u64) -> Result<(), String> {
     }
 }
 
+fn at_least_1m(v: &u64) -> Result<(), String> {
+    if *v >= 1 << 20 {
+        Ok(())
+    } else {
+        Err(format!("must be at least {} (1 MiB), got {v}", 1u64 << 20))
+    }
+}
+
 fn at_least_4k(v: &u64) -> Result<(), String> {
     if *v >= 4096 {
         Ok(())
@@ -310,6 +318,10 @@ section! {
         /// (one RocksDB entry), fixed at mkfs: a multiple of
         /// `bluestore_min_alloc_size`, at most 64 MiB.
         bluestore_extent_shard_size: u64 = 256 << 10, check shard_size;
+        /// BlueStore: bytes of the commit journal at the start of the data
+        /// device, fixed at mkfs (at least 1 MiB; at most an eighth of the
+        /// device is used).
+        bluestore_journal_size: u64 = 64 << 20, check at_least_1m;
         /// BlueStore: overwrites of allocated space up to this many bytes
         /// go through the RocksDB WAL (deferred) instead of new space; 0
         /// sends every write to new space.

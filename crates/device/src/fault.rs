@@ -296,6 +296,25 @@ impl BlockDevice for FaultDevice {
         ready(first_err.map_or(Ok(()), Err))
     }
 
+    /// Durable at once (a FUA write): the write goes straight to the
+    /// durable image; other unflushed writes stay unflushed.
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        check_range(offset, buf.len() as u64, self.size)?;
+        let mut st = self.state.lock();
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        if st.fail_next_flush {
+            st.fail_next_flush = false;
+            return Err(self.eio("flush", offset, buf.len() as u64));
+        }
+        self.apply_write(&mut st, offset, &buf)?;
+        // The write just queued as unflushed is durable already.
+        if let Some((off, data)) = st.unflushed.pop() {
+            let start = off as usize;
+            st.durable[start..start + data.len()].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+
     fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
         ready(self.flush_sync())
     }

@@ -81,6 +81,15 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// out-of-range element fails the whole call and writes nothing.
     fn write_many(&self, writes: Vec<(u64, AlignedBuf)>) -> BoxFuture<Result<(), DeviceError>>;
 
+    /// Write `buf` at `offset` and return once it is durable, blocking the
+    /// calling thread (for a thread whose only job is that write, such as a
+    /// commit log's). Writes made before are not necessarily durable (flush
+    /// for that). The default writes and flushes.
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        block_on(self.write(offset, buf))?;
+        block_on(self.flush())
+    }
+
     /// Make every write whose future completed before this call durable
     /// (`fdatasync` / FLUSH). Writes still in flight when `flush` is called
     /// are not covered.

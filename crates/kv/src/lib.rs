@@ -98,6 +98,67 @@ impl Batch {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// The batch as bytes: per op a tag (1 put, 2 delete, 3 delete range)
+    /// and its one or two byte strings, each a u32 LE length then bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes + self.ops.len() * 9);
+        let field = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        for op in &self.ops {
+            match op {
+                Op::Put(k, v) => {
+                    out.push(1);
+                    field(&mut out, k);
+                    field(&mut out, v);
+                }
+                Op::Delete(k) => {
+                    out.push(2);
+                    field(&mut out, k);
+                }
+                Op::DeleteRange(a, b) => {
+                    out.push(3);
+                    field(&mut out, a);
+                    field(&mut out, b);
+                }
+            }
+        }
+        out
+    }
+
+    /// A batch from [`encode`](Self::encode)'s bytes.
+    pub fn decode(mut bytes: &[u8]) -> std::result::Result<Batch, String> {
+        fn field<'a>(bytes: &mut &'a [u8]) -> std::result::Result<&'a [u8], String> {
+            let len = bytes
+                .get(..4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                .ok_or("truncated length")?;
+            let value = bytes.get(4..4 + len).ok_or("truncated bytes")?;
+            *bytes = &bytes[4 + len..];
+            Ok(value)
+        }
+        let mut batch = Batch::new();
+        while let Some((&tag, rest)) = bytes.split_first() {
+            bytes = rest;
+            match tag {
+                1 => {
+                    let k = field(&mut bytes)?;
+                    let v = field(&mut bytes)?;
+                    batch.put(k, v);
+                }
+                2 => batch.delete(field(&mut bytes)?),
+                3 => {
+                    let a = field(&mut bytes)?;
+                    let b = field(&mut bytes)?;
+                    batch.delete_range(a, b);
+                }
+                other => return Err(format!("unknown batch op {other}")),
+            }
+        }
+        Ok(batch)
+    }
 }
 
 /// An ordered key-value store.
@@ -110,6 +171,9 @@ pub trait Kv: Send + Sync + 'static {
     /// Apply `batch` atomically. With `sync`, it is durable on return, and
     /// so is every batch written before it.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
+
+    /// Make every batch written so far durable.
+    fn sync(&self) -> Result<()>;
 
     /// Memory the store uses for caching, in bytes (0 if it has no cache).
     fn cache_usage(&self) -> u64 {
@@ -171,6 +235,20 @@ mod tests {
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_end(&[0xff, 0xff]), None);
         assert_eq!(successor(b"a"), b"a\0".to_vec());
+    }
+
+    #[test]
+    fn batch_encoding_round_trips() {
+        let mut b = Batch::new();
+        b.put(b"k".to_vec(), vec![1u8; 5000]);
+        b.delete(b"gone".to_vec());
+        b.delete_range(b"a".to_vec(), b"b".to_vec());
+        b.put(Vec::new(), Vec::new());
+        let back = Batch::decode(&b.encode()).unwrap();
+        assert_eq!(back, b);
+        let bytes = b.encode();
+        assert!(Batch::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Batch::decode(&[9]).is_err());
     }
 
     #[test]

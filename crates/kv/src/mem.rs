@@ -99,6 +99,15 @@ impl Kv for MemKv {
             .collect())
     }
 
+    fn sync(&self) -> Result<()> {
+        let mut st = self.state.write();
+        let pending = std::mem::take(&mut st.unsynced);
+        for b in &pending {
+            apply(&mut st.durable, b);
+        }
+        Ok(())
+    }
+
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
         let mut st = self.state.write();
         apply(&mut st.live, &batch);

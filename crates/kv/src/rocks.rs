@@ -153,6 +153,10 @@ impl Kv for RocksKv {
         self.db.write_opt(wb, &opts).map_err(backend)
     }
 
+    fn sync(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(backend)
+    }
+
     fn cache_usage(&self) -> u64 {
         self.cache.get_usage() as u64
     }

@@ -325,6 +325,13 @@ impl BlockDevice for GatedDevice {
     fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
         self.gate.run(true, || self.gate.device.flush(), closed)
     }
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        self.gate.run(
+            true,
+            || self.gate.device.write_durable(offset, buf),
+            || Err(DeviceError::Closed),
+        )
+    }
     fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>> {
         self.gate
             .run(true, || self.gate.device.discard(offset, len), closed)
@@ -355,6 +362,13 @@ impl Kv for GatedKv {
             || Err(KvError::Backend("power lost".into())),
         )
     }
+    fn sync(&self) -> cairn_kv::Result<()> {
+        self.gate.run(
+            true,
+            || self.gate.kv.sync(),
+            || Err(KvError::Backend("power lost".into())),
+        )
+    }
 }
 
 /// A store whose device and database lose power together.
@@ -373,7 +387,13 @@ impl CrashStores {
         let kv = GatedKv {
             gate: s.gate.clone(),
         };
-        mkfs(&device, &kv, &MkfsOptions::default()).expect("mkfs");
+        // The smallest journal: it wraps and is retired (after key-value
+        // syncs) many times within one workload.
+        let opts = MkfsOptions {
+            journal_size: 1 << 20,
+            ..MkfsOptions::default()
+        };
+        mkfs(&device, &kv, &opts).expect("mkfs");
         s
     }
 

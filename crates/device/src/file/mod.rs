@@ -170,6 +170,8 @@ pub struct FileDevice {
     /// Runs `BLKDISCARD` ioctls, which io_uring cannot issue, for a Uring
     /// device on a block device with discard enabled.
     aux: Option<ThreadsEngine>,
+    /// For synchronous writes from the caller's thread.
+    file: Arc<std::fs::File>,
 }
 
 impl FileDevice {
@@ -237,6 +239,7 @@ impl FileDevice {
             opts,
             engine,
             aux,
+            file,
         })
     }
 
@@ -322,6 +325,18 @@ impl std::fmt::Debug for FileDevice {
 impl BlockDevice for FileDevice {
     fn size(&self) -> u64 {
         self.size
+    }
+
+    /// One `pwritev2(RWF_DSYNC)` on the calling thread: the write is
+    /// durable when it returns (a FUA write, or the file system's flush),
+    /// with no hop through the I/O engine.
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        check_range(offset, buf.len() as u64, self.size)?;
+        sys::pwrite_dsync(
+            std::os::unix::io::AsRawFd::as_raw_fd(&*self.file),
+            &buf,
+            offset,
+        )
     }
 
     fn read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {

@@ -91,6 +91,46 @@ pub(crate) fn pwrite_full(fd: RawFd, buf: &[u8], offset: u64) -> Result<(), Devi
     Ok(())
 }
 
+/// Write all of `buf` at `offset` with `RWF_DSYNC`: durable on return.
+pub(crate) fn pwrite_dsync(fd: RawFd, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+    let total = buf.len() as u64;
+    let mut done = 0usize;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: one iovec over a valid readable region of `rest.len()`
+        // bytes, alive for the call.
+        let n = unsafe {
+            libc::pwritev2(
+                fd,
+                &iov,
+                1,
+                (offset + done as u64) as libc::off_t,
+                libc::RWF_DSYNC,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => {
+                return Err(DeviceError::Io {
+                    op: "write",
+                    offset,
+                    len: total,
+                    source: io::ErrorKind::WriteZero.into(),
+                })
+            }
+            _ => match last_errno() {
+                libc::EINTR | libc::EAGAIN => continue,
+                e => return Err(DeviceError::errno("write", offset, total, e)),
+            },
+        }
+    }
+    Ok(())
+}
+
 /// `fdatasync(fd)`, retrying on `EINTR`.
 pub(crate) fn fdatasync(fd: RawFd) -> Result<(), DeviceError> {
     loop {
