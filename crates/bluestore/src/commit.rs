@@ -16,6 +16,7 @@
 //! write or sync fails the store; the commits involved and all later ones
 //! return `Failed`. Nothing is acknowledged that is not durable.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,29 +24,107 @@ use std::time::Instant;
 use cairn_device::block_on;
 use cairn_kv::Batch;
 
-use crate::journal::Journal;
+use crate::journal::{Journal, Pending, WRITERS};
 use crate::keys;
 use crate::pipeline::{finish_group, Prepared};
 use crate::state::Inner;
+use parking_lot::{Condvar, Mutex};
 
 /// Most transactions committed as one group.
 const MAX_GROUP: usize = 512;
 /// Past this share of the journal in use, ask for a key-value sync.
 const SYNC_AT: f64 = 0.5;
 
+/// A group whose journal record is being written.
+struct InFlight {
+    group: Vec<Prepared>,
+    seq: u64,
+    record: Pending,
+    start: Instant,
+    payload_len: usize,
+}
+
+/// Groups handed from the commit thread to the finisher, oldest first.
+#[derive(Default)]
+struct Flight {
+    queue: VecDeque<InFlight>,
+    stop: bool,
+}
+
+/// What the commit thread and its finisher share.
+struct Shared {
+    flight: Mutex<Flight>,
+    /// A group was handed over, or the finisher is to stop.
+    handed: Condvar,
+    /// A group was finished (`journal_written` moved) or failed.
+    finished: Condvar,
+}
+
+/// The commit thread's state.
+struct Committer<'a> {
+    inner: Arc<Inner>,
+    journal: Journal,
+    shared: &'a Shared,
+    /// Sequence number of the last record begun.
+    begun: u64,
+}
+
 /// The commit thread.
-pub(crate) fn commit_loop(inner: Arc<Inner>, mut journal: Journal) {
-    while let Some(mut group) = next_group(&inner, journal.max_payload()) {
-        match commit_group(&inner, &mut journal, &mut group) {
-            Ok(()) => finish_group(&inner, group),
-            Err(why) => {
-                inner.fail(why);
-                for p in group {
-                    let _ = p.done.send(inner.check_failed());
+///
+/// It forms groups, writes their key-value batches and starts their
+/// journal records; a finisher thread beside it waits for the records, in
+/// order, and acknowledges each group once its record (and so every
+/// earlier one) is durable. Up to `journal::WRITERS` records are written at
+/// once, so the device sees several commits in flight and the commit
+/// thread never waits for one while another group is ready.
+pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
+    let shared = Shared {
+        flight: Mutex::new(Flight::default()),
+        handed: Condvar::new(),
+        finished: Condvar::new(),
+    };
+    let begun = inner.journal_written.load(Ordering::Acquire);
+    std::thread::scope(|scope| {
+        let finisher = std::thread::Builder::new()
+            .name("cairn-bs-finish".into())
+            .spawn_scoped(scope, || finish_loop(&inner, &shared));
+        let mut c = Committer {
+            inner: inner.clone(),
+            journal,
+            shared: &shared,
+            begun,
+        };
+        if let Err(e) = finisher {
+            c.inner
+                .fail(format!("cannot start the commit finisher thread: {e}"));
+        }
+        let mut drained = false;
+        loop {
+            match next_group(&c.inner, c.journal.max_payload(), drained) {
+                Next::Group(mut group) => {
+                    drained = false;
+                    if let Err(why) = c.start_group(&mut group) {
+                        c.inner.fail(why);
+                        for p in group {
+                            let _ = p.done.send(c.inner.check_failed());
+                        }
+                    }
                 }
+                Next::Drain => {
+                    // Finished groups hand their deferred writes to the
+                    // deferred thread: all of them must have before it is
+                    // told to stop.
+                    let _ = c.drain();
+                    drained = true;
+                }
+                Next::Stop => break,
             }
         }
-    }
+        // Every group handed over is finished before the final sync.
+        let _ = c.drain();
+        shared.flight.lock().stop = true;
+        shared.handed.notify_all();
+    });
     // Leave nothing for the journal to replay after a clean stop.
     if inner.failed.get().is_none() {
         if let Err(e) = inner.kv.sync() {
@@ -55,16 +134,71 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, mut journal: Journal) {
     inner.pipeline.shutdown_sync();
 }
 
+/// The finisher: wait for each handed-over group's record, in order, and
+/// acknowledge the group (or fail it, and the store, if the record or an
+/// earlier one failed).
+fn finish_loop(inner: &Inner, shared: &Shared) {
+    loop {
+        let f = {
+            let mut flight = shared.flight.lock();
+            loop {
+                if let Some(f) = flight.queue.pop_front() {
+                    break f;
+                }
+                if flight.stop {
+                    return;
+                }
+                shared.handed.wait(&mut flight);
+            }
+        };
+        let durable = f.record.wait();
+        match durable {
+            Ok(()) if inner.failed.get().is_none() => {
+                let perf = &inner.perf;
+                let us = f.start.elapsed().as_micros() as u64;
+                perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
+                perf.journal_records.fetch_add(1, Ordering::Relaxed);
+                perf.journal_bytes
+                    .fetch_add(f.payload_len as u64, Ordering::Relaxed);
+                perf.kv_commit(us);
+                inner.journal_written.store(f.seq, Ordering::Release);
+                finish_group(inner, f.group);
+            }
+            result => {
+                if let Err(why) = result {
+                    inner.fail(why);
+                }
+                for p in f.group {
+                    let _ = p.done.send(inner.check_failed());
+                }
+            }
+        }
+        let _flight = shared.flight.lock();
+        shared.finished.notify_all();
+    }
+}
+
+enum Next {
+    Group(Vec<Prepared>),
+    /// Shutting down with nothing queued: finish the groups in flight,
+    /// then ask again with `drained`.
+    Drain,
+    /// Shut down, the deferred thread stopped and nothing queued.
+    Stop,
+}
+
 /// The next group: every queued transaction, up to `MAX_GROUP` and about
-/// `max_bytes` of metadata. `None` once shut down, with the deferred thread
-/// stopped (it commits too) and nothing queued.
-fn next_group(inner: &Inner, max_bytes: usize) -> Option<Vec<Prepared>> {
+/// `max_bytes` of metadata; see `Next` for shutting down.
+fn next_group(inner: &Inner, max_bytes: usize, drained: bool) -> Next {
     let pipeline = &inner.pipeline;
     let mut q = pipeline.commits.lock();
     while q.items.is_empty() {
         if q.shutdown {
+            if !drained {
+                return Next::Drain;
+            }
             if pipeline.deferred_stopped.load(Ordering::Acquire) {
-                return None;
+                return Next::Stop;
             }
             // Let the deferred thread drain and stop; it may still commit.
             pipeline.shutdown_deferred();
@@ -79,7 +213,7 @@ fn next_group(inner: &Inner, max_bytes: usize) -> Option<Vec<Prepared>> {
         bytes += q.items[n].batch.bytes();
         n += 1;
     }
-    Some(q.items.drain(..n).collect())
+    Next::Group(q.items.drain(..n).collect())
 }
 
 fn flush(inner: &Inner) -> Result<(), String> {
@@ -88,71 +222,109 @@ fn flush(inner: &Inner) -> Result<(), String> {
     Ok(())
 }
 
-/// Make a group durable. See the module docs.
-fn commit_group(
-    inner: &Inner,
-    journal: &mut Journal,
-    group: &mut [Prepared],
-) -> Result<(), String> {
-    if let Some(why) = inner.failed.get() {
-        return Err(why.clone());
-    }
-    let mut data = false;
-    for p in group.iter_mut() {
-        if let Some(write) = p.data.take() {
-            block_on(write).map_err(|e| format!("data write failed: {e}"))?;
-            data = true;
+impl Committer<'_> {
+    /// Wait until at most `left` begun records are unfinished; fails if
+    /// the store has failed (no more records will finish then).
+    fn wait_finished(&self, left: u64) -> Result<(), String> {
+        let mut flight = self.shared.flight.lock();
+        loop {
+            if let Some(why) = self.inner.failed.get() {
+                return Err(why.clone());
+            }
+            let written = self.inner.journal_written.load(Ordering::Acquire);
+            if self.begun - written <= left {
+                return Ok(());
+            }
+            self.shared.finished.wait(&mut flight);
         }
     }
-    if data {
-        flush(inner)?;
+
+    /// Wait until every group handed over is finished.
+    fn drain(&self) -> Result<(), String> {
+        self.wait_finished(0)
     }
-    let mut batch = Batch::new();
-    for p in group.iter_mut() {
-        batch.append(std::mem::take(&mut p.batch));
-    }
-    let start = Instant::now();
-    let payload = batch.encode();
-    if payload.len() > journal.max_payload() {
-        // Synced, it makes every earlier batch durable too: the journal
-        // holds nothing needed any more.
-        batch.put(keys::JOURNAL_KEY.to_vec(), journal.head().encode());
-        inner
+
+    /// Make a group durable, or start to. See the module docs.
+    fn start_group(&mut self, group: &mut Vec<Prepared>) -> Result<(), String> {
+        let inner = self.inner.clone();
+        if let Some(why) = inner.failed.get() {
+            return Err(why.clone());
+        }
+        let start = Instant::now();
+        let mut data = false;
+        for p in group.iter_mut() {
+            if let Some(write) = p.data.take() {
+                block_on(write).map_err(|e| format!("data write failed: {e}"))?;
+                data = true;
+            }
+        }
+        if data {
+            flush(&inner)?;
+        }
+        let mut batch = Batch::new();
+        for p in group.iter_mut() {
+            batch.append(std::mem::take(&mut p.batch));
+        }
+        let payload = batch.encode();
+        if payload.len() > self.journal.max_payload() {
+            // Synced, it makes every earlier batch durable too: the journal
+            // then holds nothing needed any more. Earlier groups are
+            // finished first, so that no record is still being written
+            // where later ones may go.
+            self.drain()?;
+            batch.put(keys::JOURNAL_KEY.to_vec(), self.journal.head().encode());
+            inner
+                .kv
+                .write(batch, true)
+                .map_err(|e| format!("metadata commit failed: {e}"))?;
+            self.journal.retire(u64::MAX);
+            inner.perf.kv_commit(start.elapsed().as_micros() as u64);
+            finish_group(&inner, std::mem::take(group));
+            return Ok(());
+        }
+        self.journal
+            .retire(inner.journal_synced.load(Ordering::Acquire));
+        if !self.journal.room(payload.len()).0 {
+            self.drain()?;
+            sync_kv(&inner)?;
+            self.journal.retire(u64::MAX);
+        }
+        // No more than `WRITERS` records unanswered (see `journal`).
+        self.wait_finished(WRITERS as u64 - 1)?;
+        let fill = self.journal.room(payload.len()).1;
+        let seq = self.journal.next_seq();
+        let (after, record) = self.journal.begin_append(&payload)?;
+        self.begun = seq;
+        // The key-value write (unsynced) overlaps the record's (see
+        // `journal`); batches reach the key-value store in commit order.
+        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
+        let written = inner
             .kv
-            .write(batch, true)
-            .map_err(|e| format!("metadata commit failed: {e}"))?;
-        journal.retire(u64::MAX);
-        inner.perf.kv_commit(start.elapsed().as_micros() as u64);
-        return Ok(());
-    }
-    let (fits, fill) = journal.room(payload.len());
-    if !fits {
-        sync_kv(inner)?;
-        journal.retire(u64::MAX);
-    }
-    let seq = journal.next_seq();
-    let after = journal.append(&payload)?;
-    inner.perf.journal_records.fetch_add(1, Ordering::Relaxed);
-    inner
-        .perf
-        .journal_bytes
-        .fetch_add(payload.len() as u64, Ordering::Relaxed);
-    batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
-    inner
-        .kv
-        .write(batch, false)
-        .map_err(|e| format!("metadata write failed: {e}"))?;
-    inner.perf.kv_commit(start.elapsed().as_micros() as u64);
-    inner.journal_written.store(seq, Ordering::Release);
-    journal.retire(inner.journal_synced.load(Ordering::Acquire));
-    if fill > SYNC_AT {
-        let mut sync = inner.pipeline.sync.lock();
-        if sync.items.is_empty() {
-            sync.items.push_back(());
-            inner.pipeline.sync_ready.notify_one();
+            .write(batch, false)
+            .map_err(|e| format!("metadata write failed: {e}"));
+        if let Err(why) = &written {
+            // Before the hand-over, so the finisher fails the group.
+            inner.fail(why.clone());
         }
+        // Handed over even if the write failed: the finisher answers it.
+        self.shared.flight.lock().queue.push_back(InFlight {
+            group: std::mem::take(group),
+            seq,
+            record,
+            start,
+            payload_len: payload.len(),
+        });
+        self.shared.handed.notify_one();
+        written?;
+        if fill > SYNC_AT {
+            let mut sync = inner.pipeline.sync.lock();
+            if sync.items.is_empty() {
+                sync.items.push_back(());
+                inner.pipeline.sync_ready.notify_one();
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Sync the key-value store: every batch written so far becomes durable.

@@ -31,15 +31,24 @@
 //! | 28..32| zero                                                   |
 //! | 32..  | payload: the encoded batch                             |
 //!
+//! The record's write runs on the journal's own writer thread, so the
+//! commit thread can write the same batch to the key-value store meanwhile
+//! (`begin_append` / `finish_append`). That is safe because the key-value
+//! write is unsynced: if it becomes durable (a background sync) before the
+//! record does and the record then never lands, the store holds a
+//! transaction it did not acknowledge, exactly as after a crash between the
+//! record and the acknowledgement.
+//!
 //! Fault model: a record is durable once its write returns; a crash may
 //! leave a torn record at the head, which fails its
 //! crc and ends the journal. A record whose sequence number is not the one
 //! expected is old (the ring overwrote around it) and also ends it.
 
 use std::collections::VecDeque;
+use std::sync::mpsc;
 use std::sync::Arc;
 
-use cairn_device::{block_on, AlignedBuf, BlockDevice};
+use cairn_device::{block_on, AlignedBuf, BlockDevice, DeviceError};
 
 use crate::onode::BLOCK;
 
@@ -68,9 +77,58 @@ impl Position {
     }
 }
 
+/// Records written at once, at most: each takes one writer thread.
+pub(crate) const WRITERS: usize = 4;
+
+type Job = (u64, AlignedBuf, mpsc::SyncSender<Result<(), DeviceError>>);
+
+/// The threads that write records durably, `WRITERS` at a time.
+struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// A record being written.
+pub(crate) struct Pending(mpsc::Receiver<Result<(), DeviceError>>);
+
+impl Pending {
+    /// Wait for the record to be durable.
+    pub fn wait(self) -> Result<(), String> {
+        match self.0.recv() {
+            Ok(r) => r.map_err(|e| format!("journal write failed: {e}")),
+            Err(_) => Err("journal write failed: its writer thread is gone".into()),
+        }
+    }
+}
+
+impl Writer {
+    fn start(device: Arc<dyn BlockDevice>) -> Writer {
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let job_rx = Arc::new(parking_lot::Mutex::new(job_rx));
+        for i in 0..WRITERS {
+            let (device, job_rx) = (device.clone(), job_rx.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("cairn-bs-journal{i}"))
+                .spawn(move || loop {
+                    // Ends when the journal (the sender) is dropped.
+                    let Ok((offset, buf, done)) = job_rx.lock().recv() else {
+                        return;
+                    };
+                    let _ = done.send(device.write_durable(offset, buf));
+                });
+            if let Err(e) = spawned {
+                // With no thread at all the channel is closed and every
+                // append fails (and fails the store) rather than going
+                // unwritten; with fewer, records just wait longer.
+                tracing::error!(error = %e, "cannot start a journal writer thread");
+            }
+        }
+        Writer { jobs }
+    }
+}
+
 /// The journal as the commit thread writes it.
 pub(crate) struct Journal {
-    device: Arc<dyn BlockDevice>,
+    writer: Writer,
     /// The store's id, in every record.
     id: u64,
     /// The region on the device.
@@ -103,7 +161,7 @@ impl Journal {
             "bad journal head"
         );
         Self {
-            device,
+            writer: Writer::start(device),
             id,
             start,
             len,
@@ -143,7 +201,18 @@ impl Journal {
 
     /// Write one record, durably (the caller's earlier writes are not
     /// made durable by it), and return the position after it.
+    #[cfg(test)]
     pub fn append(&mut self, payload: &[u8]) -> Result<Position, String> {
+        let (after, pending) = self.begin_append(payload)?;
+        pending.wait()?;
+        Ok(after)
+    }
+
+    /// Start writing one record and return the position after it; the
+    /// record is durable once its `Pending::wait` returns `Ok`. Up to
+    /// `WRITERS` records are written at once; the caller must keep no more
+    /// than that unanswered (see `mount::replay_journal`).
+    pub fn begin_append(&mut self, payload: &[u8]) -> Result<(Position, Pending), String> {
         let n = record_len(payload.len());
         assert!(self.room(payload.len()).0, "journal record does not fit");
         let mut skip = 0;
@@ -159,16 +228,18 @@ impl Journal {
         buf[HEADER..HEADER + payload.len()].copy_from_slice(payload);
         let crc = crc32c::crc32c(&buf[..HEADER + payload.len()]);
         buf[16..20].copy_from_slice(&crc.to_le_bytes());
-        self.device
-            .write_durable(self.start + self.head.offset, buf)
-            .map_err(|e| format!("journal write failed: {e}"))?;
+        let (done, result) = mpsc::sync_channel(1);
+        self.writer
+            .jobs
+            .send((self.start + self.head.offset, buf, done))
+            .map_err(|_| "journal write failed: no writer thread".to_string())?;
         self.live.push_back((self.head.seq, skip + n));
         self.used += skip + n;
         self.head = Position {
             offset: (self.head.offset + n) % self.len,
             seq: self.head.seq + 1,
         };
-        Ok(self.head)
+        Ok((self.head, Pending(result)))
     }
 
     /// Records up to `seq` are durable in the key-value store: drop them.
@@ -337,5 +408,48 @@ mod tests {
         )
         .unwrap();
         assert!(got.is_empty());
+    }
+
+    /// Records are written `WRITERS` at a time, so a crash can leave a
+    /// later record landed after a missing one. Continuing with the missing
+    /// one's sequence number would let a later scan take the stale record
+    /// for the new one's successor; continuing `WRITERS` numbers on (as
+    /// mount does) never can.
+    #[test]
+    fn a_record_landed_after_a_missing_one_is_never_replayed() {
+        let (dev, mut j) = journal();
+        let from = Position { offset: 0, seq: 1 };
+        for i in 1..=3u8 {
+            j.append(&[i; 100]).unwrap();
+        }
+        // Record 2 never landed (zeroed); record 3 did.
+        dev.write_sync(4 * BLOCK + BLOCK, &vec![0u8; BLOCK as usize])
+            .unwrap();
+        let (got, end) = scan(dev.as_ref(), 7, (4 * BLOCK, LEN), from).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            end,
+            Position {
+                offset: BLOCK,
+                seq: 2
+            }
+        );
+
+        for (skip, stale_replayed) in [(0, true), (WRITERS as u64, false)] {
+            let head = Position {
+                seq: end.seq + skip,
+                ..end
+            };
+            let mut again = Journal::new(dev.clone(), 7, (4 * BLOCK, LEN), head);
+            // A new record the same size as the lost one.
+            again.append(&[9; 100]).unwrap();
+            let (got, _) = scan(dev.as_ref(), 7, (4 * BLOCK, LEN), head).unwrap();
+            let payloads: Vec<u8> = got.iter().map(|(p, _)| p[0]).collect();
+            if stale_replayed {
+                assert_eq!(payloads, vec![9, 3], "the hazard the skip avoids");
+            } else {
+                assert_eq!(payloads, vec![9], "the stale record is not replayed");
+            }
+        }
     }
 }

@@ -215,6 +215,13 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
 /// Write the batches of the journal records the key-value store lacks
 /// (those after its `Sjnext`) into it, in order, and sync it. Returns where
 /// the journal continues.
+///
+/// The journal continues where the scan ended, but `WRITERS` sequence
+/// numbers later: records after the first missing one may have been in
+/// flight at the crash and landed (never acknowledged), and a new record
+/// must never carry one of their numbers, or a later replay could take such
+/// a stale record for the new one's successor. The skip is made durable
+/// before any new record is written.
 fn replay_journal(
     device: &dyn BlockDevice,
     kv: &dyn Kv,
@@ -248,10 +255,14 @@ fn replay_journal(
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         kv.write(batch, false).map_err(kv_error)?;
     }
+    let end = Position {
+        seq: end.seq + journal::WRITERS as u64,
+        ..end
+    };
+    let mut last = Batch::new();
+    last.put(keys::JOURNAL_KEY.to_vec(), end.encode());
+    kv.write(last, true).map_err(kv_error)?;
     if !records.is_empty() {
-        let mut last = Batch::new();
-        last.put(keys::JOURNAL_KEY.to_vec(), end.encode());
-        kv.write(last, true).map_err(kv_error)?;
         tracing::info!(records = records.len(), "replayed the commit journal");
     }
     Ok(end)

@@ -16,6 +16,8 @@ pub struct Perf {
     pub kv_commit_max_us: AtomicU64,
     pub journal_records: AtomicU64,
     pub journal_bytes: AtomicU64,
+    /// Sum of journal record write latencies (durable), in microseconds.
+    pub journal_write_us: AtomicU64,
     pub kv_syncs: AtomicU64,
     pub direct_writes: AtomicU64,
     pub direct_write_bytes: AtomicU64,
@@ -43,6 +45,7 @@ pub struct PerfSnapshot {
     pub kv_commit_max_us: u64,
     pub journal_records: u64,
     pub journal_bytes: u64,
+    pub journal_write_mean_us: f64,
     pub kv_syncs: u64,
     pub direct_writes: u64,
     pub direct_write_bytes: u64,
@@ -87,6 +90,7 @@ impl Perf {
     pub fn snapshot(&self) -> PerfSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let commits = get(&self.kv_commits);
+        let records = get(&self.journal_records);
         PerfSnapshot {
             transactions: get(&self.transactions),
             kv_commits: commits,
@@ -96,7 +100,12 @@ impl Perf {
                 get(&self.kv_commit_us) as f64 / commits as f64
             },
             kv_commit_max_us: get(&self.kv_commit_max_us),
-            journal_records: get(&self.journal_records),
+            journal_records: records,
+            journal_write_mean_us: if records == 0 {
+                0.0
+            } else {
+                get(&self.journal_write_us) as f64 / records as f64
+            },
             journal_bytes: get(&self.journal_bytes),
             kv_syncs: get(&self.kv_syncs),
             direct_writes: get(&self.direct_writes),

@@ -169,7 +169,9 @@ pub trait Kv: Send + Sync + 'static {
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
 
     /// Apply `batch` atomically. With `sync`, it is durable on return, and
-    /// so is every batch written before it.
+    /// so is every batch written before it. Without, it is visible at once
+    /// but may be lost in a crash until `sync` (or a later synced write)
+    /// returns, or the store is dropped.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
 
     /// Make every batch written so far durable.

@@ -5,13 +5,21 @@
 //! clusters in the source documents had it. The block cache is sized by the
 //! caller (the store's `cache_size` × `cache_kv_ratio`).
 //!
-//! Fault model: a `sync` write is durable once it returns (RocksDB syncs its
-//! WAL); a crash loses at most unsynced batches, never part of a batch.
-//! Errors from RocksDB (I/O errors, a full disk) are returned, never hidden.
+//! Unsynced writes skip RocksDB's write-ahead log altogether: they live in
+//! memtables until `sync` flushes those to table files (the caller keeps
+//! its own log of them, as BlueStore's commit journal does), so the bulk of
+//! the metadata traffic is never written twice. A synced write first makes
+//! every unsynced one durable that way, then goes through the WAL and its
+//! sync, so a crash never keeps a later batch without an earlier one.
+//!
+//! Fault model: a `sync` write is durable once it returns; a crash loses at
+//! most unsynced batches (a suffix of them), never part of a batch. Errors
+//! from RocksDB (I/O errors, a full disk) are returned, never hidden.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use rocksdb::{Cache, Env, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use rocksdb::{Cache, Env, FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
 use crate::rocks_options::{parse_options_string, persist, Base};
 use crate::{Batch, Kv, KvError, Op, Result};
@@ -48,6 +56,8 @@ impl Default for RocksKvOptions {
 /// RocksDB behind the [`Kv`] trait.
 pub struct RocksKv {
     db: DB,
+    /// Unsynced (WAL-less) batches may sit in memtables.
+    unsynced: AtomicBool,
     cache: Cache,
     path: PathBuf,
 }
@@ -95,6 +105,7 @@ impl RocksKv {
         tracing::debug!(path = %path.display(), options = %parsed.rocksdb, "opened RocksDB");
         Ok(Self {
             db,
+            unsynced: AtomicBool::new(false),
             cache,
             path: path.to_path_buf(),
         })
@@ -108,6 +119,15 @@ impl RocksKv {
     /// A RocksDB property such as `rocksdb.estimate-num-keys`.
     pub fn property(&self, name: &str) -> Option<String> {
         self.db.property_value(name).ok().flatten()
+    }
+}
+
+impl Drop for RocksKv {
+    fn drop(&mut self) {
+        // Unsynced writes wait in memtables: a clean close keeps them.
+        if let Err(e) = self.sync() {
+            tracing::warn!(path = %self.path.display(), error = %e, "RocksDB WAL flush at close failed");
+        }
     }
 }
 
@@ -149,11 +169,26 @@ impl Kv for RocksKv {
             }
         }
         let mut opts = WriteOptions::default();
-        opts.set_sync(sync);
+        if sync {
+            // Earlier WAL-less batches first, or the WAL could outlive them.
+            self.sync()?;
+            opts.set_sync(true);
+        } else {
+            opts.disable_wal(true);
+            self.unsynced.store(true, Ordering::Release);
+        }
         self.db.write_opt(wb, &opts).map_err(backend)
     }
 
     fn sync(&self) -> Result<()> {
+        if self.unsynced.swap(false, Ordering::AcqRel) {
+            let mut flush = FlushOptions::default();
+            flush.set_wait(true);
+            if let Err(e) = self.db.flush_opt(&flush) {
+                self.unsynced.store(true, Ordering::Release);
+                return Err(backend(e));
+            }
+        }
         self.db.flush_wal(true).map_err(backend)
     }
 

@@ -124,6 +124,9 @@ pub(super) struct PerfSummary {
     rmw_reads: u64,
     kv_commits: u64,
     kv_commit_mean_us: f64,
+    journal_records: u64,
+    journal_write_mean_us: f64,
+    kv_syncs: u64,
     device_flushes: u64,
     reads: u64,
     data_cache_hits: u64,
@@ -139,6 +142,8 @@ impl PerfSummary {
         let d = |x: u64, y: u64| y.saturating_sub(x);
         let commits = d(a.kv_commits, b.kv_commits);
         let total_us = |p: &PerfSnapshot| p.kv_commit_mean_us * p.kv_commits as f64;
+        let records = d(a.journal_records, b.journal_records);
+        let journal_us = |p: &PerfSnapshot| p.journal_write_mean_us * p.journal_records as f64;
         PerfSummary {
             transactions: d(a.transactions, b.transactions),
             deferred_writes: d(a.deferred_writes, b.deferred_writes),
@@ -152,6 +157,13 @@ impl PerfSummary {
             } else {
                 ((total_us(b) - total_us(a)) / commits as f64).max(0.0)
             },
+            journal_records: records,
+            journal_write_mean_us: if records == 0 {
+                0.0
+            } else {
+                ((journal_us(b) - journal_us(a)) / records as f64).max(0.0)
+            },
+            kv_syncs: d(a.kv_syncs, b.kv_syncs),
             device_flushes: d(a.device_flushes, b.device_flushes),
             reads: d(a.reads, b.reads),
             data_cache_hits: d(a.data_cache_hits, b.data_cache_hits),
@@ -178,6 +190,7 @@ impl PerfSummary {
         format!(
             "  writes  {} deferred ({}), {} direct ({}), {} read-modify-write reads\n\
              \x20 kv      {} commits, mean {} us; {} transactions; {} device flushes\n\
+             \x20 journal {} records, mean durable write {} us; {} key-value syncs\n\
              \x20 cache   data {}, onode {}\n\
              \x20 reads   {} store reads, {} device reads ({})",
             self.deferred_writes,
@@ -189,6 +202,9 @@ impl PerfSummary {
             fmt_us(self.kv_commit_mean_us),
             self.transactions,
             self.device_flushes,
+            self.journal_records,
+            fmt_us(self.journal_write_mean_us),
+            self.kv_syncs,
             pct(self.data_cache_hits, self.data_cache_misses),
             pct(self.onode_cache_hits, self.onode_cache_misses),
             self.reads,
