@@ -2,11 +2,12 @@
 //!
 //! The commit thread takes every queued transaction at once (group
 //! commit), waits for their new data, flushes the device if there was any
-//! (data must be durable before metadata that points at it can be), appends
-//! all their key-value changes as one journal record written durably, and
-//! only then completes their commits; the changes then go to the key-value
-//! store unsynced (see `journal`). A group too large for a
-//! journal record is written to the key-value store synced instead.
+//! (data must be durable before metadata that points at it can be), starts
+//! a journal record holding all their key-value changes and writes the
+//! changes to the key-value store unsynced meanwhile (see `journal`); the
+//! finisher thread completes their commits once the record is durable. A
+//! group too large for a journal record is written to the key-value store
+//! synced instead.
 //!
 //! The sync thread syncs the key-value store when the journal fills past
 //! half, so that its oldest records can be dropped; if the journal fills

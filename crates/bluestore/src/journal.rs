@@ -3,9 +3,10 @@
 //!
 //! A commit group's whole key-value batch is appended here as one record,
 //! written durably (`write_durable`: one `pwritev2(RWF_DSYNC)` on a file);
-//! the batch then goes to the key-value store *unsynced*. So an
-//! acknowledged commit costs one aligned durable write, not a synced RocksDB write (whose WAL grows
-//! its file, so every sync also commits file-system metadata). A
+//! the batch also goes to the key-value store *unsynced*. So an
+//! acknowledged commit costs one aligned durable write, not a synced
+//! RocksDB write (whose WAL grows its file, so every sync also commits
+//! file-system metadata). A
 //! background thread syncs the key-value store now and then; records whose
 //! batches that sync covered are dead, and their space is reused.
 //!

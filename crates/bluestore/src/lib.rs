@@ -7,11 +7,14 @@
 //! - [`store`]: [`BlueStore`], the [`cairn_store::ObjectStore`] behind the
 //!   OSD; mount and unmount.
 //! - `builder`, `write`: turning a transaction into device writes and one
-//!   key-value batch — the deferred (WAL) path for small overwrites, the
+//!   key-value batch — the deferred path for small overwrites (data in the
+//!   commit journal, applied in place later), the
 //!   direct copy-on-write path for everything else, read-modify-write of
 //!   partial blocks.
-//! - `pipeline`: group commit (data, one device flush, one synced batch),
-//!   applying deferred writes, handing released space back.
+//! - `pipeline`, `commit`, `journal`: group commit (new data, one device
+//!   flush, one durable journal record per group, several in flight, the
+//!   batch then written to the key-value store unsynced and synced in the
+//!   background), applying deferred writes, handing released space back.
 //! - `onode`: objects' metadata and sharded extent maps; blobs.
 //! - `allocator`, `rangeset`: free space, durable and in memory.
 //! - `checksum`, `compression`: what protects and shrinks stored bytes.

@@ -8,7 +8,7 @@
 //!
 //! Mount checks that label and database belong to the same store, loads and
 //! checks the free list (aligned, inside the device, disjoint), replays the
-//! deferred writes a crash left in the WAL, and finds the collections.
+//! deferred writes a crash left pending, and finds the collections.
 
 use std::collections::BTreeSet;
 

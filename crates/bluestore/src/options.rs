@@ -83,7 +83,7 @@ impl CacheOptions {
 #[derive(Clone, Debug)]
 pub struct MountOptions {
     /// Overwrites of allocated space up to this many bytes go through the
-    /// key-value WAL (deferred) instead of new space; 0 disables.
+    /// commit journal (deferred) instead of new space; 0 disables.
     pub deferred_max_bytes: u64,
     /// Bytes of deferred writes not yet applied to the device above which
     /// new small overwrites take the direct path instead.

@@ -3,7 +3,7 @@
 //! A write is cut at shard boundaries, then each piece takes one of two
 //! paths:
 //!
-//! - **Deferred** (in place, through the WAL): when the piece, widened to
+//! - **Deferred** (in place, through the commit journal): when the piece, widened to
 //!   whole 4 KiB blocks, is at most `deferred_max_bytes` and every block is
 //!   already allocated to raw (uncompressed) data of the object. The new
 //!   blocks travel in the transaction's key-value batch and are written to

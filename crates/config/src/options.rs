@@ -323,7 +323,7 @@ section! {
         /// device is used).
         bluestore_journal_size: u64 = 64 << 20, check at_least_1m;
         /// BlueStore: overwrites of allocated space up to this many bytes
-        /// go through the RocksDB WAL (deferred) instead of new space; 0
+        /// go through the commit journal (deferred) instead of new space; 0
         /// sends every write to new space.
         bluestore_deferred_max_bytes: u64 = 64 << 10, check any;
         /// BlueStore: checksum of stored data, verified on every read.
