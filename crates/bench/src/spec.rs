@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::BenchError;
 
@@ -16,7 +16,7 @@ pub const MAX_IODEPTH: u32 = 4096;
 pub const SECTOR: u64 = 512;
 
 /// The access pattern of a run, named as in fio.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RwMode {
     /// Sequential reads; each job walks its own slice of the region.
