@@ -166,6 +166,19 @@ pub async fn run_many<V: Volume>(
     volumes: Vec<Arc<V>>,
     spec: &BenchSpec,
 ) -> Result<BenchReport, BenchError> {
+    let reports = run_each(volumes, spec).await?;
+    let mut merged = BenchReport::merge(&reports)?;
+    merged.spec.region = reports.iter().map(|r| r.spec.region).min().unwrap_or(0);
+    Ok(merged)
+}
+
+/// Like [`run_many`], but one report per volume (in the order given), all
+/// measured over the same window: what a matrix with one client per volume
+/// needs to keep per-client results.
+pub async fn run_each<V: Volume>(
+    volumes: Vec<Arc<V>>,
+    spec: &BenchSpec,
+) -> Result<Vec<BenchReport>, BenchError> {
     if volumes.is_empty() {
         return Err(BenchError::NoVolumes);
     }
@@ -205,20 +218,24 @@ pub async fn run_many<V: Volume>(
         for j in 0..numjobs {
             let rng = SmallRng::seed_from_u64(job_seed(seed, vi * numjobs + j));
             let gen = OpGen::new(spec, region, j, numjobs, rng);
-            jobs.spawn(run_job(v.clone(), spec.clone(), gen, window, stop.clone()));
+            let job = run_job(v.clone(), spec.clone(), gen, window, stop.clone());
+            let vi = vi as usize;
+            jobs.spawn(async move { (vi, job.await) });
         }
     }
-    let mut total = Measurement::new()?;
+    let mut per_volume = Vec::with_capacity(volumes.len());
+    for _ in &volumes {
+        per_volume.push(Measurement::new()?);
+    }
     // Jobs finish in the order they end: the first error is the first failure.
     while let Some(joined) = jobs.join_next().await {
-        let measured = joined.map_err(|e| BenchError::Task(e.to_string()))??;
-        total.add(&measured)?;
+        let (vi, measured) = joined.map_err(|e| BenchError::Task(e.to_string()))?;
+        per_volume[vi].add(&measured?)?;
     }
-    let summary = SpecSummary::new(
-        spec,
-        regions.iter().copied().min().unwrap_or(0),
-        seed,
-        u32::try_from(volumes.len()).unwrap_or(u32::MAX),
-    );
-    BenchReport::new(summary, spec.runtime, total)
+    let mut reports = Vec::with_capacity(volumes.len());
+    for (measured, &region) in per_volume.into_iter().zip(&regions) {
+        let summary = SpecSummary::new(spec, region, seed, 1);
+        reports.push(BenchReport::new(summary, spec.runtime, measured)?);
+    }
+    Ok(reports)
 }

@@ -9,7 +9,7 @@ use cairn_bench::{BenchSpec, RwMode};
 use cairn_client::{Cluster, Image};
 use clap::{Args, Subcommand};
 
-use crate::{admin, bench_store, conf, Context};
+use crate::{admin, bench_matrix, bench_store, conf, Context};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -54,15 +54,24 @@ pub enum BenchCmd {
     /// Benchmark one object store directly (no network, no OSD), beside raw
     /// fio on a file of the same disk.
     Store(bench_store::StoreBenchArgs),
+    /// Run a matrix of workloads from a spec against a fresh local cluster
+    /// and write results.json, results.csv, report.md and charts.
+    Matrix(bench_matrix::MatrixArgs),
+    /// Compare two matrix runs point by point (% change of IOPS, mean and
+    /// p99.99 latency).
+    Compare(bench_matrix::CompareArgs),
 }
 
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
-    if let Some(BenchCmd::Store(store_args)) = args.cmd {
-        return bench_store::run(ctx, store_args);
+    match args.cmd {
+        Some(BenchCmd::Store(store_args)) => return bench_store::run(ctx, store_args),
+        Some(BenchCmd::Matrix(matrix_args)) => return bench_matrix::run(matrix_args),
+        Some(BenchCmd::Compare(compare_args)) => return bench_matrix::compare(compare_args),
+        None => {}
     }
     let image = args
         .image
-        .context("missing --image POOL/NAME (or a subcommand: store)")?;
+        .context("missing --image POOL/NAME (or a subcommand: store, matrix, compare)")?;
     let (pool, name) = admin::split_image(&image)?;
     let rw: RwMode = args.rw.parse()?;
     let spec = BenchSpec {

@@ -4,6 +4,7 @@
 
 mod admin;
 mod bench;
+mod bench_matrix;
 mod bench_store;
 mod conf;
 mod daemons;

@@ -292,10 +292,10 @@ impl MatrixSpec {
             None => "bluestore".into(),
         };
         let pg_num = match &cluster.pg_num {
-            Some(p) if *p.get_ref() == 0 || *p.get_ref() > 65536 => {
+            Some(p) if !p.get_ref().is_power_of_two() || *p.get_ref() > 65536 => {
                 return Err(at(
                     p.span(),
-                    format!("pg_num {} is not in 1..=65536", p.get_ref()),
+                    format!("pg_num {} is not a power of two up to 65536", p.get_ref()),
                 ))
             }
             Some(p) => *p.get_ref(),
@@ -303,10 +303,14 @@ impl MatrixSpec {
         };
         let mut set = Vec::new();
         let mut block_size = DEFAULT_BLOCK_SIZE;
+        let mut config = cairn_config::Config::default();
         for s in &cluster.set {
             let Some((key, value)) = s.get_ref().split_once('=') else {
                 return Err(at(s.span(), format!("{:?} is not KEY=VALUE", s.get_ref())));
             };
+            config
+                .set(key.trim(), value.trim())
+                .map_err(|e| at(s.span(), e.to_string()))?;
             if key.trim() == "osd.bluestore_block_size" {
                 block_size = cairn_types::parse_size(value.trim())
                     .map_err(|_| at(s.span(), format!("invalid size {:?}", value.trim())))?;

@@ -13,7 +13,7 @@ description = "4K vs clients"
 osds = 3
 store = "filestore"
 pg_num = 16
-set = ["osd.bluestore_cache_size=64M"]
+set = ["osd.bluestore_cache_size=67108864"]
 
 [workload]
 rw = ["randread", "randwrite"]
@@ -146,8 +146,8 @@ fn more_clients_than_the_cluster_holds_images_for_are_refused() {
     assert!(e.reason.contains("64 clients need 64 images"), "{e}");
     // Bigger block files make room.
     let roomy = text.replace(
-        "set = [\"osd.bluestore_cache_size=64M\"]",
-        "set = [\"osd.bluestore_block_size=80G\"]",
+        "set = [\"osd.bluestore_cache_size=67108864\"]",
+        "set = [\"osd.bluestore_block_size=85899345920\"]",
     );
     MatrixSpec::parse(&roomy, "t").expect("80 GiB OSDs hold 64 images");
     // Over the hard limit of clients.
@@ -173,8 +173,14 @@ fn unknown_keys_and_bad_values_elsewhere_are_refused() {
     assert!(e.reason.contains("runtime 0 s"), "{e}");
     let e = refused(&GOOD.replace("[workload]", "[workload]\nrwmixread = 130"));
     assert!(e.reason.contains("rwmixread 130"), "{e}");
-    let e = refused(&GOOD.replace("osd.bluestore_cache_size=64M", "no equals sign"));
+    let e = refused(&GOOD.replace("osd.bluestore_cache_size=67108864", "no equals sign"));
     assert!(e.reason.contains("is not KEY=VALUE"), "{e}");
+    let text = GOOD.replace("osd.bluestore_cache_size=67108864", "osd.no_such_option=1");
+    let e = refused(&text);
+    assert_eq!(e.line, Some(line_of(&text, "set")), "{e}");
+    assert!(e.reason.contains("no_such_option"), "{e}");
+    let e = refused(&GOOD.replace("pg_num = 16", "pg_num = 24"));
+    assert!(e.reason.contains("pg_num 24 is not a power of two"), "{e}");
     let e = refused(&with("rw", "rw = []"));
     assert!(e.reason.contains("rw lists no values"), "{e}");
     let e = refused("[workload]\nrw = \"read\"\n");

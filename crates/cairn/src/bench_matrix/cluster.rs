@@ -1,0 +1,164 @@
+//! The throwaway local cluster a matrix runs against: started with
+//! `cairn cluster up` in `OUT/cluster`, its daemons' CPU time read from
+//! /proc, stopped with `cairn cluster down` (only the processes it
+//! started).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use cairn_matrix::spec::ClusterSpec;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Daemon {
+    name: String,
+    pid: u32,
+}
+
+#[derive(Deserialize)]
+struct State {
+    daemons: Vec<Daemon>,
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    daemons: Vec<(String, u32)>,
+}
+
+fn cairn(args: &[String]) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the cairn binary")?;
+    let out = Command::new(exe)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run cairn {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "cairn {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl LocalCluster {
+    /// Start a fresh cluster as `spec` says in `dir` (which must not hold
+    /// one yet).
+    pub fn start(spec: &ClusterSpec, dir: &Path) -> Result<LocalCluster> {
+        if dir.join("cluster.json").exists() {
+            bail!(
+                "{} already holds a cluster; remove it or use another --out",
+                dir.display()
+            );
+        }
+        let mut args: Vec<String> = [
+            "cluster",
+            "up",
+            "--dir",
+            &dir.display().to_string(),
+            "--osds",
+            &spec.osds.to_string(),
+            "--store",
+            &spec.store,
+            "--pg-num",
+            &spec.pg_num.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for s in &spec.set {
+            args.push("--set".into());
+            args.push(s.clone());
+        }
+        let started = cairn(&args);
+        let mut cluster = LocalCluster {
+            dir: dir.to_path_buf(),
+            daemons: Vec::new(),
+        };
+        // Read the daemons even if `up` failed, so they are stopped.
+        let state = std::fs::read_to_string(dir.join("cluster.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<State>(&t).ok());
+        if let Some(state) = state {
+            cluster.daemons = state.daemons.into_iter().map(|d| (d.name, d.pid)).collect();
+        }
+        if let Err(e) = started {
+            cluster.stop();
+            return Err(e);
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster's configuration file.
+    pub fn conf(&self) -> PathBuf {
+        self.dir.join("cairn.toml")
+    }
+
+    /// CPU seconds (user + system) each daemon has used so far; a daemon
+    /// that is gone is missing.
+    pub fn cpu_seconds(&self) -> BTreeMap<String, f64> {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        self.daemons
+            .iter()
+            .filter_map(|(name, pid)| Some((name.clone(), cpu_ticks(*pid)? as f64 / ticks)))
+            .collect()
+    }
+
+    /// Daemons that are no longer running.
+    pub fn dead(&self) -> Vec<String> {
+        self.daemons
+            .iter()
+            .filter(|(_, pid)| cpu_ticks(*pid).is_none())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Stop the daemons this cluster started.
+    pub fn stop(&mut self) {
+        if self.daemons.is_empty() {
+            return;
+        }
+        let args = vec![
+            "cluster".to_string(),
+            "down".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+        ];
+        if let Err(e) = cairn(&args) {
+            eprintln!("warning: stopping the benchmark cluster: {e:#}");
+        }
+        self.daemons.clear();
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// utime + stime of a live process, in clock ticks (/proc/PID/stat
+/// fields 14 and 15); `None` if it is gone or a zombie.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    // `rest` starts at field 3 (state).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU seconds used between two readings, per daemon present in both.
+pub fn cpu_between(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    b.iter()
+        .filter_map(|(name, end)| Some((name.clone(), (end - a.get(name)?).max(0.0))))
+        .collect()
+}

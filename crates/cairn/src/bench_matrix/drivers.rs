@@ -1,0 +1,282 @@
+//! The two ways a matrix point is driven, each giving one raw measurement
+//! per client:
+//!
+//! - builtin: Cairn's load generator on the client library, in this
+//!   process, one image per client, all clients over one measured window;
+//! - fio: one `cairn nbd` gateway per image (started once, kept for the
+//!   run) and, per repetition, one fio process per client through it
+//!   (`--ioengine=nbd --output-format=json+`), run side by side.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use cairn_bench::{BenchSpec, RwMode};
+use cairn_client::{Cluster, Image};
+use cairn_matrix::results::{ClientRaw, DirRaw};
+use cairn_matrix::spec::DriverKind;
+use cairn_matrix::{MatrixSpec, Point};
+
+use crate::conf;
+
+/// Object size of the benchmark images.
+const OBJECT_SIZE: u64 = 4 << 20;
+
+/// Name of client `i`'s image in pool `rbd`.
+pub fn image_name(i: u32) -> String {
+    format!("bench-c{i}")
+}
+
+/// The images of a run, created (and filled) once.
+pub struct Images {
+    images: Vec<Arc<Image>>,
+    /// NBD gateways (fio driver), one per image, and their sockets.
+    gateways: Vec<(Child, PathBuf)>,
+    /// Last: the images are dropped while it still runs.
+    rt: tokio::runtime::Runtime,
+}
+
+impl Images {
+    /// Connect to the cluster of `conf_path`, create `spec.images()`
+    /// images and, if the spec asks, write each once in full.
+    pub fn create(spec: &MatrixSpec, conf_path: &Path, out: &Path) -> Result<Images> {
+        let config = conf::load_file(conf_path)?;
+        // One thread, as `cairn bench`: the client's CPU shows in its own
+        // process, not in the daemons' CPU-seconds.
+        let rt = crate::daemons::runtime(1)?;
+        let count = spec.images();
+        let (size, precondition) = (spec.image_size, spec.precondition);
+        let images = rt.block_on(async {
+            let cluster = Cluster::connect(conf::client_options(&config)).await?;
+            let mut images = Vec::new();
+            for i in 0..count {
+                let name = image_name(i);
+                Image::create(&cluster, "rbd", &name, size, OBJECT_SIZE)
+                    .await
+                    .with_context(|| format!("cannot create image rbd/{name}"))?;
+                images.push(Image::open(&cluster, "rbd", &name).await?);
+            }
+            if precondition {
+                let mut fills = tokio::task::JoinSet::new();
+                for image in &images {
+                    fills.spawn(cairn_bench::fill(image.clone(), size, 4 << 20, 16, None));
+                }
+                while let Some(done) = fills.join_next().await {
+                    done.context("precondition task")?
+                        .context("precondition (sequential fill)")?;
+                }
+            }
+            anyhow::Ok(images)
+        })?;
+        let mut this = Images {
+            images,
+            gateways: Vec::new(),
+            rt,
+        };
+        if spec.driver == DriverKind::Fio {
+            this.start_gateways(conf_path, out)?;
+        }
+        Ok(this)
+    }
+
+    fn start_gateways(&mut self, conf_path: &Path, out: &Path) -> Result<()> {
+        let exe = std::env::current_exe().context("cannot find the cairn binary")?;
+        let dir = out.join("nbd");
+        std::fs::create_dir_all(&dir)?;
+        for i in 0..self.images.len() as u32 {
+            let socket = dir.join(format!("c{i}.sock"));
+            let log = std::fs::File::create(dir.join(format!("c{i}.log")))?;
+            let child = Command::new(&exe)
+                .arg("--conf")
+                .arg(conf_path)
+                .args(["nbd", "--image", &format!("rbd/{}", image_name(i))])
+                .arg("--socket")
+                .arg(&socket)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("cannot start cairn nbd")?;
+            self.gateways.push((child, socket));
+        }
+        for (child, socket) in &mut self.gateways {
+            let mut waited = 0;
+            while !socket.exists() {
+                if let Some(status) = child.try_wait()? {
+                    bail!("cairn nbd for {} exited: {status}", socket.display());
+                }
+                if waited > 300 {
+                    bail!("cairn nbd did not create {}", socket.display());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                waited += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Run one repetition of `point` with `driver`; one raw measurement
+    /// per client and the measured seconds. Returns early with an error if
+    /// `stop` is set (Ctrl-C).
+    pub fn run(
+        &self,
+        spec: &MatrixSpec,
+        point: &Point,
+        stop: &AtomicBool,
+    ) -> Result<(Vec<ClientRaw>, f64)> {
+        match spec.driver {
+            DriverKind::Builtin => self.run_builtin(spec, point, stop),
+            DriverKind::Fio => self.run_fio(spec, point, stop),
+        }
+    }
+
+    fn run_builtin(
+        &self,
+        spec: &MatrixSpec,
+        point: &Point,
+        stop: &AtomicBool,
+    ) -> Result<(Vec<ClientRaw>, f64)> {
+        let bench = BenchSpec {
+            rw: point.rw,
+            rwmixread: point.rwmixread,
+            bs: point.bs,
+            iodepth: point.iodepth,
+            numjobs: point.numjobs,
+            runtime: Duration::from_secs(spec.runtime_s),
+            ramp: Duration::from_secs(spec.ramp_s),
+            precondition: false,
+            size: None,
+            seed: None,
+        };
+        let volumes: Vec<Arc<Image>> = self.images[..point.clients as usize].to_vec();
+        let reports = self.rt.block_on(async {
+            let interrupted = async {
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            tokio::select! {
+                r = cairn_bench::run_each(volumes, &bench) => r.map_err(anyhow::Error::from),
+                () = interrupted => Err(anyhow::anyhow!("interrupted")),
+            }
+        })?;
+        let clients = reports
+            .iter()
+            .zip(0u32..)
+            .map(|(r, client)| ClientRaw {
+                client,
+                read: DirRaw {
+                    ops: r.read.ops,
+                    bytes: r.read.bytes,
+                    lat_ns: DirRaw::buckets(r.read_histogram()),
+                },
+                write: DirRaw {
+                    ops: r.write.ops,
+                    bytes: r.write.bytes,
+                    lat_ns: DirRaw::buckets(r.write_histogram()),
+                },
+            })
+            .collect();
+        Ok((clients, spec.runtime_s as f64))
+    }
+
+    fn run_fio(
+        &self,
+        spec: &MatrixSpec,
+        point: &Point,
+        stop: &AtomicBool,
+    ) -> Result<(Vec<ClientRaw>, f64)> {
+        let mut children = Vec::new();
+        for i in 0..point.clients {
+            let (_, socket) = &self.gateways[i as usize];
+            let child = Command::new("fio")
+                .args(fio_args(spec, point, i, socket))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("cannot run fio")?;
+            children.push(child);
+        }
+        let mut clients = Vec::new();
+        let mut seconds: f64 = 0.0;
+        let mut failure = None;
+        for (i, child) in (0u32..).zip(children) {
+            let out = child.wait_with_output().context("waiting for fio")?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            match cairn_matrix::fio::parse(&text, i) {
+                Ok((raw, s)) if out.status.success() => {
+                    seconds = seconds.max(s);
+                    clients.push(raw);
+                }
+                Ok(_) => {
+                    failure.get_or_insert(format!(
+                        "fio for client {i} exited with {}: {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                Err(e) => {
+                    failure.get_or_insert(format!(
+                        "fio for client {i}: {e}; stderr: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        if let Some(f) = failure {
+            bail!(f);
+        }
+        Ok((clients, seconds))
+    }
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.gateways {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// fio's arguments for client `i` of `point`.
+pub fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, socket: &Path) -> Vec<String> {
+    let size = spec.image_size / u64::from(point.numjobs);
+    let mut args = vec![
+        format!("--name=c{i}"),
+        "--ioengine=nbd".into(),
+        format!(
+            "--uri=nbd+unix:///{}?socket={}",
+            image_name(i),
+            socket.display()
+        ),
+        format!("--rw={}", point.rw),
+        format!("--bs={}", point.bs),
+        format!("--iodepth={}", point.iodepth),
+        format!("--numjobs={}", point.numjobs),
+        format!("--ramp_time={}", spec.ramp_s),
+        format!("--runtime={}", spec.runtime_s),
+        "--time_based".into(),
+        "--randrepeat=0".into(),
+        "--norandommap".into(),
+        "--output-format=json+".into(),
+    ];
+    if point.rw == RwMode::RandRw {
+        args.push(format!("--rwmixread={}", point.rwmixread));
+    }
+    if point.rw.is_random() {
+        args.push(format!("--size={}", spec.image_size));
+    } else {
+        // Each job walks its own slice, as the builtin driver does.
+        args.push(format!("--size={size}"));
+        args.push(format!("--offset_increment={size}"));
+    }
+    args
+}
