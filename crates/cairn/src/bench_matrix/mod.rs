@@ -234,6 +234,7 @@ fn measure(
     images: &Images,
     cluster: &LocalCluster,
 ) -> Result<RepRaw> {
+    let dead_before = cluster.dead();
     let (ramp, runtime) = (
         Duration::from_secs(spec.ramp_s),
         Duration::from_secs(spec.runtime_s),
@@ -250,9 +251,15 @@ fn measure(
     });
     let (measured, cpu) = cpu;
     let (clients, seconds) = measured?;
-    let dead = cluster.dead();
-    if !dead.is_empty() {
-        bail!("daemon(s) died during the point: {}", dead.join(", "));
+    // Only deaths during this point fail it: later points run on what is
+    // left, as a user's cluster would.
+    let died: Vec<String> = cluster
+        .dead()
+        .into_iter()
+        .filter(|d| !dead_before.contains(d))
+        .collect();
+    if !died.is_empty() {
+        bail!("daemon(s) died during the point: {}", died.join(", "));
     }
     Ok(RepRaw {
         seconds,
