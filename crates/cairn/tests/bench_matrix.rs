@@ -385,3 +385,32 @@ fn a_point_whose_osd_dies_fails_and_the_matrix_goes_on() {
     assert!(points[1]["summary"]["median"]["iops"].as_f64().unwrap() > 0.0);
     assert_cluster_stopped(&out);
 }
+
+/// Every spec shipped in bench/specs is valid.
+#[test]
+fn shipped_specs_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/specs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let r = run(&[
+                "bench",
+                "matrix",
+                "--spec",
+                path.to_str().unwrap(),
+                "--out",
+                "/nonexistent/x",
+                "--dry-run",
+            ]);
+            assert!(
+                r.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&r.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "the specs (a)-(d) are there");
+}

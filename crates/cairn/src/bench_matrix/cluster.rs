@@ -26,6 +26,8 @@ struct State {
 pub struct LocalCluster {
     pub dir: PathBuf,
     daemons: Vec<(String, u32)>,
+    /// Started (and so stopped) by this run.
+    owned: bool,
 }
 
 fn cairn(args: &[String]) -> Result<()> {
@@ -77,6 +79,7 @@ impl LocalCluster {
         let mut cluster = LocalCluster {
             dir: dir.to_path_buf(),
             daemons: Vec::new(),
+            owned: true,
         };
         // Read the daemons even if `up` failed, so they are stopped.
         let state = std::fs::read_to_string(dir.join("cluster.json"))
@@ -90,6 +93,36 @@ impl LocalCluster {
             return Err(e);
         }
         Ok(cluster)
+    }
+
+    /// A cluster started by someone else (a Ceph cluster of
+    /// `bench/ceph/cluster.sh`), its daemons listed in `pids` as lines
+    /// `NAME PID`. It is left running.
+    pub fn attach(dir: &Path, pids: &Path) -> Result<LocalCluster> {
+        let text = std::fs::read_to_string(pids)
+            .with_context(|| format!("cannot read {}", pids.display()))?;
+        let mut daemons = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut words = line.split_whitespace();
+            let (Some(name), Some(pid)) = (words.next(), words.next()) else {
+                bail!("{}: {line:?} is not NAME PID", pids.display());
+            };
+            let pid: u32 = pid
+                .parse()
+                .with_context(|| format!("{}: bad pid in {line:?}", pids.display()))?;
+            if cpu_ticks(pid).is_none() {
+                bail!("{}: {name} (pid {pid}) is not running", pids.display());
+            }
+            daemons.push((name.to_string(), pid));
+        }
+        if daemons.is_empty() {
+            bail!("{} lists no daemons", pids.display());
+        }
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            daemons,
+            owned: false,
+        })
     }
 
     /// The cluster's configuration file.
@@ -119,7 +152,7 @@ impl LocalCluster {
 
     /// Stop the daemons this cluster started.
     pub fn stop(&mut self) {
-        if self.daemons.is_empty() {
+        if self.daemons.is_empty() || !self.owned {
             return;
         }
         let args = vec![

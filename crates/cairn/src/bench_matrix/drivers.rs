@@ -6,6 +6,11 @@
 //! - fio: one `cairn nbd` gateway per image (started once, kept for the
 //!   run) and, per repetition, one fio process per client through it
 //!   (`--ioengine=nbd --output-format=json+`), run side by side.
+//!
+//! Against Ceph (`--ceph DIR`) the images are RBD images made with `rbd
+//! create`, filled with fio, and every point runs fio's `rbd` engine, one
+//! process per client, whatever the spec's driver: the same method, the
+//! same reduction.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,8 +40,29 @@ pub struct Images {
     images: Vec<Arc<Image>>,
     /// NBD gateways (fio driver), one per image, and their sockets.
     gateways: Vec<(Child, PathBuf)>,
+    /// The Ceph cluster's configuration file, when the run is against Ceph.
+    ceph: Option<PathBuf>,
     /// Last: the images are dropped while it still runs.
     rt: tokio::runtime::Runtime,
+}
+
+/// How fio reaches client `i`'s image.
+enum Engine<'a> {
+    Nbd(&'a Path),
+    Rbd,
+}
+
+/// Run a command to completion; its stderr in the error.
+fn command(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 impl Images {
@@ -74,10 +100,69 @@ impl Images {
         let mut this = Images {
             images,
             gateways: Vec::new(),
+            ceph: None,
             rt,
         };
         if spec.driver == DriverKind::Fio {
             this.start_gateways(conf_path, out)?;
+        }
+        Ok(this)
+    }
+
+    /// Create `spec.images()` RBD images in pool `rbd` of the Ceph cluster
+    /// of `ceph_conf` and, if the spec asks, fill each once with fio.
+    pub fn create_ceph(spec: &MatrixSpec, ceph_conf: &Path) -> Result<Images> {
+        let mib = spec.image_size.div_ceil(1 << 20);
+        for i in 0..spec.images() {
+            let name = image_name(i);
+            command(
+                Command::new("rbd").arg("-c").arg(ceph_conf).args([
+                    "create",
+                    &format!("rbd/{name}"),
+                    "--size",
+                    &format!("{mib}M"),
+                ]),
+                &format!("rbd create rbd/{name}"),
+            )?;
+        }
+        let this = Images {
+            images: Vec::new(),
+            gateways: Vec::new(),
+            ceph: Some(ceph_conf.to_path_buf()),
+            rt: crate::daemons::runtime(1)?,
+        };
+        if spec.precondition {
+            let mut fills = Vec::new();
+            for i in 0..spec.images() {
+                let child = Command::new("fio")
+                    .env("CEPH_CONF", ceph_conf)
+                    .args([
+                        format!("--name=fill{i}"),
+                        "--ioengine=rbd".into(),
+                        "--clientname=admin".into(),
+                        "--pool=rbd".into(),
+                        format!("--rbdname={}", image_name(i)),
+                        "--rw=write".into(),
+                        "--bs=4M".into(),
+                        "--iodepth=16".into(),
+                        format!("--size={}", spec.image_size),
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("cannot run fio")?;
+                fills.push(child);
+            }
+            for (i, child) in fills.into_iter().enumerate() {
+                let out = child.wait_with_output()?;
+                if !out.status.success() {
+                    bail!(
+                        "filling rbd/{} with fio failed: {}",
+                        image_name(i as u32),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+            }
         }
         Ok(this)
     }
@@ -128,6 +213,7 @@ impl Images {
         stop: &AtomicBool,
     ) -> Result<(Vec<ClientRaw>, f64)> {
         match spec.driver {
+            _ if self.ceph.is_some() => self.run_fio(spec, point, stop),
             DriverKind::Builtin => self.run_builtin(spec, point, stop),
             DriverKind::Fio => self.run_fio(spec, point, stop),
         }
@@ -191,9 +277,16 @@ impl Images {
     ) -> Result<(Vec<ClientRaw>, f64)> {
         let mut children = Vec::new();
         for i in 0..point.clients {
-            let (_, socket) = &self.gateways[i as usize];
-            let child = Command::new("fio")
-                .args(fio_args(spec, point, i, socket))
+            let mut fio = Command::new("fio");
+            let engine = match &self.ceph {
+                Some(conf) => {
+                    fio.env("CEPH_CONF", conf);
+                    Engine::Rbd
+                }
+                None => Engine::Nbd(&self.gateways[i as usize].1),
+            };
+            let child = fio
+                .args(fio_args(spec, point, i, engine))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -247,16 +340,26 @@ impl Drop for Images {
 }
 
 /// fio's arguments for client `i` of `point`.
-pub fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, socket: &Path) -> Vec<String> {
+fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, engine: Engine) -> Vec<String> {
     let size = spec.image_size / u64::from(point.numjobs);
-    let mut args = vec![
-        format!("--name=c{i}"),
-        "--ioengine=nbd".into(),
-        format!(
-            "--uri=nbd+unix:///{}?socket={}",
-            image_name(i),
-            socket.display()
-        ),
+    let mut args = vec![format!("--name=c{i}")];
+    match engine {
+        Engine::Nbd(socket) => {
+            args.push("--ioengine=nbd".into());
+            args.push(format!(
+                "--uri=nbd+unix:///{}?socket={}",
+                image_name(i),
+                socket.display()
+            ));
+        }
+        Engine::Rbd => {
+            args.push("--ioengine=rbd".into());
+            args.push("--clientname=admin".into());
+            args.push("--pool=rbd".into());
+            args.push(format!("--rbdname={}", image_name(i)));
+        }
+    }
+    args.extend([
         format!("--rw={}", point.rw),
         format!("--bs={}", point.bs),
         format!("--iodepth={}", point.iodepth),
@@ -267,7 +370,7 @@ pub fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, socket: &Path) -> Vec<
         "--randrepeat=0".into(),
         "--norandommap".into(),
         "--output-format=json+".into(),
-    ];
+    ]);
     if point.rw == RwMode::RandRw {
         args.push(format!("--rwmixread={}", point.rwmixread));
     }

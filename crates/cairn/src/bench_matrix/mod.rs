@@ -46,6 +46,12 @@ pub struct MatrixArgs {
     /// Only check the spec and print its points.
     #[arg(long)]
     dry_run: bool,
+    /// Run against the Ceph cluster that `bench/ceph/cluster.sh up DIR`
+    /// started (DIR/ceph.conf, DIR/pids) instead of a fresh Cairn cluster,
+    /// through fio's rbd engine; the spec's [cluster] section is then
+    /// only a description.
+    #[arg(long, value_name = "DIR")]
+    ceph: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -80,7 +86,32 @@ pub fn compare(args: CompareArgs) -> Result<()> {
 
 /// Refuse what would fail later: the driver's tools, the output directory.
 fn preflight(spec: &MatrixSpec, args: &MatrixArgs) -> Result<()> {
-    if spec.driver == DriverKind::Fio {
+    if let Some(dir) = &args.ceph {
+        for tool in ["ceph", "rbd"] {
+            if std::process::Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_err()
+            {
+                bail!("Ceph is not installed ({tool} not found): run bench/ceph/install.sh");
+            }
+        }
+        let rbd_engine = std::process::Command::new("fio")
+            .arg("--enghelp=rbd")
+            .output();
+        if !rbd_engine.is_ok_and(|o| o.status.success()) {
+            bail!("running against Ceph needs fio with its rbd engine (apt-get install fio)");
+        }
+        for file in ["ceph.conf", "pids"] {
+            if !dir.join(file).exists() {
+                bail!(
+                    "{} has no {file}: start a cluster there with bench/ceph/cluster.sh up {}",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+        }
+    } else if spec.driver == DriverKind::Fio {
         let fio = std::process::Command::new("fio")
             .arg("--enghelp=nbd")
             .output();
@@ -105,10 +136,14 @@ fn preflight(spec: &MatrixSpec, args: &MatrixArgs) -> Result<()> {
 
 /// `cairn bench matrix`.
 pub fn run(args: MatrixArgs) -> Result<()> {
-    let spec = MatrixSpec::load(&args.spec)
+    let mut spec = MatrixSpec::load(&args.spec)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?;
     let points = spec.points();
     preflight(&spec, &args)?;
+    if args.ceph.is_some() {
+        // Against Ceph every point goes through fio (its rbd engine).
+        spec.driver = DriverKind::Fio;
+    }
     if args.dry_run {
         println!(
             "{}: {} points x {} repetitions, about {} s measured",
@@ -140,21 +175,35 @@ pub fn run(args: MatrixArgs) -> Result<()> {
     }
 
     let c = &spec.cluster;
-    eprintln!(
-        "starting a {}-OSD {} cluster in {}",
-        c.osds,
-        c.store,
-        cluster_dir.display()
-    );
-    let mut cluster = LocalCluster::start(c, &cluster_dir)?;
+    let (mut cluster, target) = match &args.ceph {
+        Some(dir) => {
+            let dir = dir
+                .canonicalize()
+                .with_context(|| format!("cannot find {}", dir.display()))?;
+            eprintln!("running against the Ceph cluster in {}", dir.display());
+            let cluster = LocalCluster::attach(&dir, &dir.join("pids"))?;
+            (cluster, ceph_target(&dir, spec.cluster.osds))
+        }
+        None => {
+            eprintln!(
+                "starting a {}-OSD {} cluster in {}",
+                c.osds,
+                c.store,
+                cluster_dir.display()
+            );
+            let cluster = LocalCluster::start(c, &cluster_dir)?;
+            let target = Target {
+                system: "cairn".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                config: describe(&spec),
+            };
+            (cluster, target)
+        }
+    };
     let mut results = Results {
         format: FORMAT,
         spec: spec.clone(),
-        target: Target {
-            system: "cairn".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            config: describe(&spec),
-        },
+        target,
         machine: machine(),
         started: utc_now(),
         points: Vec::new(),
@@ -171,7 +220,10 @@ pub fn run(args: MatrixArgs) -> Result<()> {
         }
     );
     let started = Instant::now();
-    let images = Images::create(&spec, &cluster.conf(), &args.out)?;
+    let images = match &args.ceph {
+        Some(dir) => Images::create_ceph(&spec, &dir.join("ceph.conf"))?,
+        None => Images::create(&spec, &cluster.conf(), &args.out)?,
+    };
     eprintln!("ready in {:.0} s", started.elapsed().as_secs_f64());
 
     let mut progress = Progress::new(points.len(), spec.measured_seconds());
@@ -280,6 +332,29 @@ fn write_reports(out: &Path, results: &Results) -> Result<()> {
         write(chart.file, &plot::svg(&chart))?;
     }
     Ok(())
+}
+
+/// What a Ceph run measured: its version (`ceph --version`) and the
+/// cluster script's own description.
+fn ceph_target(dir: &Path, osds: u32) -> Target {
+    let version = std::process::Command::new("ceph")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let version = version
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("unknown")
+        .to_string();
+    let described = std::fs::read_to_string(dir.join("description.txt"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_else(|_| format!("{osds} OSDs"));
+    Target {
+        system: "ceph".into(),
+        version,
+        config: format!("{described}, fio rbd engine"),
+    }
 }
 
 /// The cluster's configuration in words.
