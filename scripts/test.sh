@@ -8,8 +8,10 @@ bash scripts/deps.sh
 cargo build --workspace --all-targets
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
-  # The cluster tests again on the other durable backend (BlueStore is the default).
-  CAIRN_TEST_STORE=filestore cargo nextest run -p cairn --no-fail-fast
+  # The cluster tests again on the other durable backend (BlueStore is the
+  # default); the benchmark tests choose their store themselves.
+  CAIRN_TEST_STORE=filestore cargo nextest run -p cairn --no-fail-fast \
+    -E 'not (binary(bench_matrix) | binary(bench_store))'
 else
   cargo test --workspace --no-fail-fast
   CAIRN_TEST_STORE=filestore cargo test -p cairn --no-fail-fast

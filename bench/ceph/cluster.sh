@@ -51,21 +51,29 @@ live_pids() { # DIR -> "NAME PID" lines of daemons still alive
 }
 
 do_down() {
-    local dir=$1 name pid left i
+    local dir=$1 name pid left i n=0 phase
     if [[ ! -f $dir/pids ]]; then
         log "no $dir/pids; nothing to stop"
         return 0
     fi
-    local -a pids=()
-    while read -r name pid; do
-        pids+=("$pid")
-        log "SIGTERM $name (pid $pid)"
-        kill -TERM "$pid" 2>/dev/null || true
-    done < <(live_pids "$dir")
-    for ((i = 0; i < 300; i++)); do
-        left=$(live_pids "$dir")
-        [[ -z $left ]] && break
-        sleep 0.1
+    # OSDs first (while the mon is still there to hear they are going down;
+    # with the mon gone each OSD waits osd_mon_shutdown_timeout = 5 s), then
+    # mgr and mon. 30 s budget in total, then SIGKILL whatever is left.
+    local deadline=$(($(date +%s) + 30))
+    for phase in osd other; do
+        while read -r name pid; do
+            if [[ $phase == osd && $name != osd.* ]] || [[ $phase == other && $name == osd.* ]]; then
+                continue
+            fi
+            log "SIGTERM $name (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+            n=$((n + 1))
+        done < <(live_pids "$dir")
+        while (($(date +%s) < deadline)); do
+            left=$(live_pids "$dir" | awk -v p="$phase" '(p == "osd") == ($1 ~ /^osd\./)')
+            [[ -z $left ]] && break
+            sleep 0.1
+        done
     done
     left=$(live_pids "$dir")
     if [[ -n $left ]]; then
@@ -78,7 +86,7 @@ do_down() {
         [[ -z $left ]] || die "could not stop: $left"
     fi
     rm -f "$dir/pids"
-    log "stopped ${#pids[@]} daemon(s)"
+    log "stopped $n daemon(s)"
 }
 
 # --- up ----------------------------------------------------------------------
@@ -92,6 +100,15 @@ DIR=
 CONF=
 
 ceph_() { timeout 60 ceph -c "$CONF" --connect-timeout 30 "$@"; }
+
+# quiet CMD...: run CMD, show its output only if it fails.
+quiet() {
+    local out
+    if ! out=$("$@" 2>&1); then
+        echo "$out" >&2
+        return 1
+    fi
+}
 
 # start_daemon NAME CMD...: run CMD in the foreground mode (-f) in a new
 # session, detached from our stdio; record its pid in DIR/pids.
@@ -220,7 +237,6 @@ ms bind ipv6 = false
 auth cluster required = none
 auth service required = none
 auth client required = none
-auth allow insecure global id reclaim = true
 keyring = $DIR/keyring
 
 run dir = $DIR/run
@@ -335,7 +351,7 @@ EOF
 
     # The devicehealth mgr module would create an extra 1-PG pool
     # (device_health_metrics) and scrape SMART data; keep the cluster minimal.
-    ceph_ config set mgr mgr/devicehealth/enable_monitoring false --force > /dev/null ||
+    quiet ceph_ config set mgr mgr/devicehealth/enable_monitoring false --force ||
         die "ceph config set failed"
 
     # --- mgr
@@ -381,9 +397,9 @@ sys.exit(0 if d["num_up_osds"]>=n and d["num_in_osds"]>=n else 1)' "$st" "$OSDS"
     log "$OSDS OSD(s) up+in, mgr available after $(elapsed "$t_start") s"
 
     # --- pool
-    ceph_ osd pool create rbd "$PGNUM" "$PGNUM" replicated > /dev/null || die "pool create failed"
-    ceph_ osd pool set rbd pg_autoscale_mode off > /dev/null || die "pool set pg_autoscale_mode failed"
-    ceph_ osd pool application enable rbd rbd > /dev/null || die "pool application enable failed"
+    quiet ceph_ osd pool create rbd "$PGNUM" "$PGNUM" replicated || die "pool create failed"
+    quiet ceph_ osd pool set rbd pg_autoscale_mode off || die "pool set pg_autoscale_mode failed"
+    quiet ceph_ osd pool application enable rbd rbd || die "pool application enable failed"
 
     t_start=$(now)
     local msg deadline
