@@ -414,3 +414,31 @@ fn shipped_specs_are_valid() {
     }
     assert!(checked >= 6, "the specs (a)-(d) are there");
 }
+
+/// Against Ceph without Ceph installed: refused before anything runs.
+#[test]
+fn ceph_not_installed_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("bin");
+    std::fs::create_dir(&empty).unwrap();
+    let out = tmp.path().join("out");
+    let s = spec(tmp.path(), "fio", SHORT);
+    let r = Command::new(CAIRN)
+        .args([
+            "bench",
+            "matrix",
+            "--spec",
+            s.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .arg("--ceph")
+        .arg(tmp.path())
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("Ceph is not installed"), "{err}");
+    assert!(!out.exists());
+}
