@@ -240,6 +240,56 @@ impl Committer<'_> {
         }
     }
 
+    /// Nothing is in flight and nothing else is queued: a lone commit
+    /// (queue depth 1) whose record is best written on this thread.
+    fn lone(&self) -> bool {
+        self.begun == self.inner.journal_written.load(Ordering::Acquire)
+            && self.inner.pipeline.commits.lock().items.is_empty()
+    }
+
+    /// Commit a lone group on this thread: its record, its key-value
+    /// batch, its acknowledgement, with no other thread involved.
+    fn commit_inline(
+        &mut self,
+        group: &mut Vec<Prepared>,
+        mut batch: Batch,
+        payload: &[u8],
+        start: Instant,
+    ) -> Result<(), String> {
+        let inner = self.inner.clone();
+        let fill = self.journal.room(payload.len()).1;
+        let seq = self.journal.next_seq();
+        self.begun = seq;
+        let after = self.journal.append_inline(payload)?;
+        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
+        inner
+            .kv
+            .write(batch, false)
+            .map_err(|e| format!("metadata write failed: {e}"))?;
+        let us = start.elapsed().as_micros() as u64;
+        let perf = &inner.perf;
+        perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
+        perf.journal_records.fetch_add(1, Ordering::Relaxed);
+        perf.journal_bytes
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        perf.kv_commit(us);
+        inner.journal_written.store(seq, Ordering::Release);
+        finish_group(&inner, std::mem::take(group));
+        self.request_sync(fill);
+        Ok(())
+    }
+
+    /// Ask the sync thread for a key-value sync past `SYNC_AT`.
+    fn request_sync(&self, fill: f64) {
+        if fill > SYNC_AT {
+            let mut sync = self.inner.pipeline.sync.lock();
+            if sync.items.is_empty() {
+                sync.items.push_back(());
+                self.inner.pipeline.sync_ready.notify_one();
+            }
+        }
+    }
+
     /// Wait until every group handed over is finished.
     fn drain(&self) -> Result<(), String> {
         self.wait_finished(0)
@@ -290,6 +340,9 @@ impl Committer<'_> {
             sync_kv(&inner)?;
             self.journal.retire(u64::MAX);
         }
+        if self.lone() {
+            return self.commit_inline(group, batch, &payload, start);
+        }
         // No more than `WRITERS` records unanswered (see `journal`).
         self.wait_finished(WRITERS as u64 - 1)?;
         let fill = self.journal.room(payload.len()).1;
@@ -317,13 +370,7 @@ impl Committer<'_> {
         });
         self.shared.handed.notify_one();
         written?;
-        if fill > SYNC_AT {
-            let mut sync = inner.pipeline.sync.lock();
-            if sync.items.is_empty() {
-                sync.items.push_back(());
-                inner.pipeline.sync_ready.notify_one();
-            }
-        }
+        self.request_sync(fill);
         Ok(())
     }
 }

@@ -130,6 +130,7 @@ impl Writer {
 /// The journal as the commit thread writes it.
 pub(crate) struct Journal {
     writer: Writer,
+    device: Arc<dyn BlockDevice>,
     /// The store's id, in every record.
     id: u64,
     /// The region on the device.
@@ -162,7 +163,8 @@ impl Journal {
             "bad journal head"
         );
         Self {
-            writer: Writer::start(device),
+            writer: Writer::start(device.clone()),
+            device,
             id,
             start,
             len,
@@ -214,6 +216,29 @@ impl Journal {
     /// `WRITERS` records are written at once; the caller must keep no more
     /// than that unanswered (see `mount::replay_journal`).
     pub fn begin_append(&mut self, payload: &[u8]) -> Result<(Position, Pending), String> {
+        let (offset, buf) = self.place(payload);
+        let (done, result) = mpsc::sync_channel(1);
+        self.writer
+            .jobs
+            .send((offset, buf, done))
+            .map_err(|_| "journal write failed: no writer thread".to_string())?;
+        Ok((self.head, Pending(result)))
+    }
+
+    /// Write one record durably on the calling thread, with no record
+    /// being written (one thread hop less for a lone commit), and return
+    /// the position after it.
+    pub fn append_inline(&mut self, payload: &[u8]) -> Result<Position, String> {
+        let (offset, buf) = self.place(payload);
+        self.device
+            .write_durable(offset, buf)
+            .map_err(|e| format!("journal write failed: {e}"))?;
+        Ok(self.head)
+    }
+
+    /// Lay out the next record: its device offset and bytes. The journal
+    /// counts it as written from here on.
+    fn place(&mut self, payload: &[u8]) -> (u64, AlignedBuf) {
         let n = record_len(payload.len());
         assert!(self.room(payload.len()).0, "journal record does not fit");
         let mut skip = 0;
@@ -229,18 +254,14 @@ impl Journal {
         buf[HEADER..HEADER + payload.len()].copy_from_slice(payload);
         let crc = crc32c::crc32c(&buf[..HEADER + payload.len()]);
         buf[16..20].copy_from_slice(&crc.to_le_bytes());
-        let (done, result) = mpsc::sync_channel(1);
-        self.writer
-            .jobs
-            .send((self.start + self.head.offset, buf, done))
-            .map_err(|_| "journal write failed: no writer thread".to_string())?;
+        let offset = self.start + self.head.offset;
         self.live.push_back((self.head.seq, skip + n));
         self.used += skip + n;
         self.head = Position {
             offset: (self.head.offset + n) % self.len,
             seq: self.head.seq + 1,
         };
-        Ok((self.head, Pending(result)))
+        (offset, buf)
     }
 
     /// Records up to `seq` are durable in the key-value store: drop them.

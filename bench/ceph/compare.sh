@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Cairn and Ceph side by side on this machine, one spec:
+#
+#   bash bench/ceph/compare.sh SPEC.toml OUT [--ssd]
+#
+# 1. checks the spec (nothing runs if it is bad);
+# 2. installs Ceph from Debian's packages if needed (install.sh);
+# 3. starts a throwaway Ceph cluster with the spec's OSD and PG counts
+#    (cluster.sh up OUT/ceph-cluster), runs the spec against it through
+#    fio's rbd engine (cairn bench matrix --ceph), stops exactly the
+#    daemons it started and removes their files;
+# 4. runs the same spec on a fresh Cairn cluster (OUT/cairn);
+# 5. measures raw fio on a file of the same disk (OUT/raw-fio.txt);
+# 6. prints cairn bench compare of Ceph (A) against Cairn (B) and writes it
+#    to OUT/compare.md.
+#
+# --ssd makes Ceph apply its SSD settings (bluestore debug enforce settings
+# = ssd); the virtio disk here reports rotational=1, so by default Ceph
+# uses its HDD defaults. Which one was used is in the report.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if [ $# -lt 2 ]; then
+  echo "usage: $0 SPEC.toml OUT [--ssd]" >&2
+  exit 2
+fi
+spec=$(realpath "$1")
+out=$(realpath -m "$2")
+ssd=${3:-}
+cairn=${CAIRN:-$root/target/release/cairn}
+if [ ! -x "$cairn" ]; then
+  (cd "$root" && cargo build --release)
+fi
+"$cairn" bench matrix --spec "$spec" --out "$out/cairn" --dry-run >/dev/null
+read -r osds pg_num < <(python3 - "$spec" <<'PY'
+import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb")).get("cluster", {})
+print(c.get("osds", 3), c.get("pg_num", 32))
+PY
+)
+mkdir -p "$out"
+
+bash "$here/install.sh"
+cluster="$out/ceph-cluster"
+trap 'bash "$here/cluster.sh" down "$cluster" >/dev/null 2>&1 || true' EXIT
+bash "$here/cluster.sh" up "$cluster" --osds "$osds" --pg-num "$pg_num" $ssd
+"$cairn" bench matrix --spec "$spec" --out "$out/ceph" --ceph "$cluster" --force
+bash "$here/cluster.sh" down "$cluster"
+trap - EXIT
+rm -rf "$cluster"
+
+"$cairn" bench matrix --spec "$spec" --out "$out/cairn" --force
+
+{
+  echo "raw fio on $out/raw.dat (1 GiB file on the same disk), direct=1, io_uring, 20 s"
+  for rw in randread randwrite; do
+    fio --name=raw --filename="$out/raw.dat" --size=1G --rw=$rw --bs=4k --iodepth=16 \
+      --direct=1 --ioengine=io_uring --randrepeat=0 --norandommap --ramp_time=5 \
+      --runtime=20 --time_based --output-format=json \
+      | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j["read"] if j["read"]["total_ios"] else j["write"]; print(f"{sys.argv[1]} 4K qd16: {d[\"iops\"]:.0f} IOPS, mean {d[\"clat_ns\"][\"mean\"]/1000:.0f} us, p99.99 {d[\"clat_ns\"][\"percentile\"][\"99.990000\"]/1000:.0f} us")' $rw
+  done
+} | tee "$out/raw-fio.txt"
+rm -f "$out/raw.dat"
+
+"$cairn" bench compare "$out/ceph/results.json" "$out/cairn/results.json" --out "$out/compare.md"
+echo "tables: $out/ceph/report.md $out/cairn/report.md $out/compare.md"
