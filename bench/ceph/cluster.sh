@@ -421,7 +421,8 @@ sys.exit(0 if d["num_up_osds"]>=n and d["num_in_osds"]>=n else 1)' "$st" "$OSDS"
     timeout 120 rbd -c "$CONF" pool init rbd || die "rbd pool init failed/timed out"
 
     local desc
-    desc="Ceph $version (pacific), $OSDS BlueStore OSDs on sparse $(human_bytes "$OSDSIZE") files, 1 mon + 1 mgr, pool rbd size $size min_size $min_size, $PGNUM PGs, auth none, osd_memory_target $(human_bytes "$MEMTARGET"), $media_desc"
+    local plural=s; ((OSDS == 1)) && plural=
+    desc="Ceph $version (pacific), $OSDS BlueStore OSD$plural on sparse $(human_bytes "$OSDSIZE") file$plural, 1 mon + 1 mgr, pool rbd size $size min_size $min_size, $PGNUM PGs, auth none, osd_memory_target $(human_bytes "$MEMTARGET"), $media_desc"
     echo "$desc" > "$DIR/description.txt"
     UP_OK=1
     echo "$desc"
