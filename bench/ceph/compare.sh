@@ -51,13 +51,20 @@ rm -rf "$cluster"
 
 "$cairn" bench matrix --spec "$spec" --out "$out/cairn" --force
 
+summarize='
+import json, sys
+job = json.load(sys.stdin)["jobs"][0]
+d = job["read"] if job["read"]["total_ios"] else job["write"]
+clat = d["clat_ns"]
+print("%s 4K qd16: %.0f IOPS, mean %.0f us, p99.99 %.0f us"
+      % (sys.argv[1], d["iops"], clat["mean"] / 1000, clat["percentile"]["99.990000"] / 1000))
+'
 {
   echo "raw fio on $out/raw.dat (1 GiB file on the same disk), direct=1, io_uring, 20 s"
   for rw in randread randwrite; do
     fio --name=raw --filename="$out/raw.dat" --size=1G --rw=$rw --bs=4k --iodepth=16 \
       --direct=1 --ioengine=io_uring --randrepeat=0 --norandommap --ramp_time=5 \
-      --runtime=20 --time_based --output-format=json \
-      | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j["read"] if j["read"]["total_ios"] else j["write"]; print(f"{sys.argv[1]} 4K qd16: {d[\"iops\"]:.0f} IOPS, mean {d[\"clat_ns\"][\"mean\"]/1000:.0f} us, p99.99 {d[\"clat_ns\"][\"percentile\"][\"99.990000\"]/1000:.0f} us")' $rw
+      --runtime=20 --time_based --output-format=json | python3 -c "$summarize" $rw
   done
 } | tee "$out/raw-fio.txt"
 rm -f "$out/raw.dat"
