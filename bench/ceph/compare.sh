@@ -32,10 +32,17 @@ if [ ! -x "$cairn" ]; then
   (cd "$root" && cargo build --release)
 fi
 "$cairn" bench matrix --spec "$spec" --out "$out/cairn" --dry-run >/dev/null
-read -r osds pg_num < <(python3 - "$spec" <<'PY'
+# The Ceph cluster gets the spec's OSD and PG counts and Cairn's BlueStore
+# block size (what the spec's capacity check used).
+read -r osds pg_num osd_size < <(/usr/bin/python3 - "$spec" <<'PY'
 import sys, tomllib
 c = tomllib.load(open(sys.argv[1], "rb")).get("cluster", {})
-print(c.get("osds", 3), c.get("pg_num", 32))
+size = 4 << 30
+for kv in c.get("set", []):
+    key, _, value = kv.partition("=")
+    if key.strip() == "osd.bluestore_block_size":
+        size = int(value)
+print(c.get("osds", 3), c.get("pg_num", 32), size)
 PY
 )
 mkdir -p "$out"
@@ -43,7 +50,7 @@ mkdir -p "$out"
 bash "$here/install.sh"
 cluster="$out/ceph-cluster"
 trap 'bash "$here/cluster.sh" down "$cluster" >/dev/null 2>&1 || true' EXIT
-bash "$here/cluster.sh" up "$cluster" --osds "$osds" --pg-num "$pg_num" $ssd
+bash "$here/cluster.sh" up "$cluster" --osds "$osds" --pg-num "$pg_num" --osd-size "$osd_size" $ssd
 "$cairn" bench matrix --spec "$spec" --out "$out/ceph" --ceph "$cluster" --force
 bash "$here/cluster.sh" down "$cluster"
 trap - EXIT
@@ -64,7 +71,8 @@ print("%s 4K qd16: %.0f IOPS, mean %.0f us, p99.99 %.0f us"
   for rw in randread randwrite; do
     fio --name=raw --filename="$out/raw.dat" --size=1G --rw=$rw --bs=4k --iodepth=16 \
       --direct=1 --ioengine=io_uring --randrepeat=0 --norandommap --ramp_time=5 \
-      --runtime=20 --time_based --output-format=json | python3 -c "$summarize" $rw
+      --runtime=20 --time_based --output-format=json | /usr/bin/python3 -c "$summarize" $rw \
+      || echo "$rw: raw fio failed"
   done
 } | tee "$out/raw-fio.txt"
 rm -f "$out/raw.dat"

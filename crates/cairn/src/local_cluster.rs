@@ -211,6 +211,8 @@ fn up(
             dir.join("mon").display().to_string(),
         ];
         state.daemons.push(spawn_daemon(&dir, "mon", &args)?);
+        // Recorded at once: if a later step fails, `down` still finds it.
+        save_state(&dir, &state)?;
     }
     for id in 0..osds {
         let name = format!("osd.{id}");
@@ -232,6 +234,7 @@ fn up(
                 dir.join(&name).display().to_string(),
             ];
             state.daemons.push(spawn_daemon(&dir, &name, &args)?);
+            save_state(&dir, &state)?;
         }
     }
     save_state(&dir, &state)?;

@@ -77,6 +77,7 @@ fn assert_cluster_stopped(out: &Path) {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
         .count();
     assert!(daemons >= 4, "the cluster ran a monitor and 3 OSDs");
+    assert!(!dir.join("osd.0").exists(), "the OSDs' data is removed");
 }
 
 /// Check a finished run's points: measured, consistent, with CPU time.
@@ -326,7 +327,11 @@ fn ctrl_c_keeps_the_finished_points() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait_with_output().unwrap().status;
-    assert!(status.success(), "{status}");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "an interrupted run says so: {status}"
+    );
     let doc = results(&out);
     assert_eq!(doc["interrupted"], true);
     let ids: Vec<&str> = doc["points"]
@@ -441,4 +446,32 @@ fn ceph_not_installed_is_refused() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("Ceph is not installed"), "{err}");
     assert!(!out.exists());
+}
+
+/// Sequential fio jobs walk block-aligned slices of their image, even when
+/// the image does not divide evenly between them.
+#[test]
+fn sequential_fio_jobs_of_an_uneven_split() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let workload = SHORT
+        .replace("rw = \"randwrite\"", "rw = \"write\"")
+        .replace("bs = \"4k\"", "bs = \"64k\"")
+        .replace("clients = [1, 2]", "clients = 1\nnumjobs = 3");
+    let s = spec(tmp.path(), "fio", &workload);
+    let r = run(&[
+        "bench",
+        "matrix",
+        "--spec",
+        s.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let doc = results(&out);
+    let p = &doc["points"][0];
+    assert!(p["error"].is_null(), "{}", p["error"]);
+    assert_eq!(p["id"], "write-64k-qd4-j3-c1");
+    assert!(p["reps"][0]["clients"][0]["write"]["ops"].as_u64().unwrap() > 0);
+    assert_cluster_stopped(&out);
 }

@@ -27,8 +27,8 @@ pub fn pct(a: f64, b: f64) -> Option<f64> {
 /// `+134%`, `−70%` (a real minus sign), `n/a`.
 pub fn fmt_pct(p: Option<f64>) -> String {
     match p {
-        Some(p) if p.round() < 0.0 => format!("\u{2212}{:.0}%", -p),
-        Some(p) => format!("+{p:.0}%"),
+        Some(p) if p < -0.5 => format!("\u{2212}{:.0}%", -p),
+        Some(p) => format!("+{:.0}%", p.max(0.0)),
         None => "n/a".into(),
     }
 }
@@ -64,12 +64,18 @@ impl Change {
 }
 
 /// The points both runs measured successfully, in A's order; and the ids
-/// of A's points B lacks (or that failed on either side).
+/// of the points only one of them has (or that failed on either side).
 pub fn changes(a: &Results, b: &Results) -> (Vec<Change>, Vec<String>) {
     let mut out = Vec::new();
     let mut unmatched = Vec::new();
+    for pb in &b.points {
+        if !a.points.iter().any(|p| p.id == pb.id) {
+            unmatched.push(pb.id.clone());
+        }
+    }
     for pa in &a.points {
-        let pb: Option<&PointResult> = b.points.iter().find(|p| p.point == pa.point);
+        // By id: `rwmixread` only matters for randrw, and the id says so.
+        let pb: Option<&PointResult> = b.points.iter().find(|p| p.id == pa.id);
         match (pa.summary.as_ref(), pb.and_then(|p| p.summary.as_ref())) {
             (Some(sa), Some(sb)) => out.push(Change {
                 point: pa.point,
@@ -80,7 +86,7 @@ pub fn changes(a: &Results, b: &Results) -> (Vec<Change>, Vec<String>) {
                 a_p99_99_us: sa.median.lat.p99_99_us,
                 b_p99_99_us: sb.median.lat.p99_99_us,
             }),
-            _ => unmatched.push(pa.id.clone()),
+            _ => unmatched.insert(0, pa.id.clone()),
         }
     }
     (out, unmatched)

@@ -25,55 +25,104 @@ pub enum FioError {
     Missing(String),
 }
 
-/// Parse fio's JSON output as one client's measurement. fio may print
-/// warnings before the JSON: everything up to the first `{` is skipped.
-/// Returns the measurement and the longest job runtime in seconds.
+/// Parse fio's JSON output as one client's measurement: every job summed.
+/// fio may print warnings before the JSON: everything up to the first `{`
+/// is skipped. Returns the measurement and the longest job runtime in
+/// seconds.
 pub fn parse(output: &str, client: u32) -> Result<(ClientRaw, f64), FioError> {
-    let start = output
-        .find('{')
-        .ok_or_else(|| FioError::NotJson("no '{' in it".into()))?;
-    let value: Value =
-        serde_json::from_str(&output[start..]).map_err(|e| FioError::NotJson(e.to_string()))?;
-    let jobs = value
-        .get("jobs")
-        .and_then(Value::as_array)
-        .filter(|j| !j.is_empty())
-        .ok_or(FioError::NoJobs)?;
+    let jobs = jobs(output)?;
     let mut raw = ClientRaw {
         client,
         ..ClientRaw::default()
     };
     let mut seconds: f64 = 0.0;
     for job in jobs {
+        seconds = seconds.max(add_job(&mut raw, &job)?);
+    }
+    Ok((raw, seconds))
+}
+
+/// Parse the output of one fio run holding every client: the jobs of
+/// client `i` are the ones named `c{i}` (one per `numjobs`). Returns a
+/// measurement per client, in order, and the longest job runtime.
+pub fn parse_clients(output: &str, clients: u32) -> Result<(Vec<ClientRaw>, f64), FioError> {
+    let mut out: Vec<ClientRaw> = (0..clients)
+        .map(|client| ClientRaw {
+            client,
+            ..ClientRaw::default()
+        })
+        .collect();
+    let mut seen = vec![false; clients as usize];
+    let mut seconds: f64 = 0.0;
+    for job in jobs(output)? {
         let name = job
             .get("jobname")
             .and_then(Value::as_str)
-            .unwrap_or("?")
+            .unwrap_or("")
             .to_string();
-        let error = job.get("error").and_then(Value::as_i64).unwrap_or(0);
-        if error != 0 {
-            return Err(FioError::JobFailed { job: name, error });
-        }
-        for (dir, into) in [("read", &mut raw.read), ("write", &mut raw.write)] {
-            let d = job
-                .get(dir)
-                .ok_or_else(|| FioError::Missing(format!("jobs[].{dir}")))?;
-            let field = |key: &str| {
-                d.get(key)
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| FioError::Missing(format!("jobs[].{dir}.{key}")))
-            };
-            let ops = field("total_ios")?;
-            into.ops += ops;
-            into.bytes += field("io_bytes")?;
-            let runtime_ms = field("runtime")?;
-            if ops > 0 {
-                seconds = seconds.max(runtime_ms as f64 / 1000.0);
-                merge_bins(into, d, dir)?;
-            }
+        let i = name
+            .strip_prefix('c')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&i| i < out.len())
+            .ok_or_else(|| FioError::Missing(format!("a client for job {name:?}")))?;
+        seconds = seconds.max(add_job(&mut out[i], &job)?);
+        seen[i] = true;
+    }
+    if let Some(i) = seen.iter().position(|s| !s) {
+        return Err(FioError::Missing(format!("job c{i}")));
+    }
+    Ok((out, seconds))
+}
+
+/// The `jobs` array of fio's JSON output (the first JSON value after any
+/// warnings; anything printed after it is ignored).
+fn jobs(output: &str) -> Result<Vec<Value>, FioError> {
+    let start = output
+        .find('{')
+        .ok_or_else(|| FioError::NotJson("no '{' in it".into()))?;
+    let value: Value = serde_json::Deserializer::from_str(&output[start..])
+        .into_iter::<Value>()
+        .next()
+        .ok_or_else(|| FioError::NotJson("empty".into()))?
+        .map_err(|e| FioError::NotJson(e.to_string()))?;
+    match value.get("jobs").and_then(Value::as_array) {
+        Some(jobs) if !jobs.is_empty() => Ok(jobs.clone()),
+        _ => Err(FioError::NoJobs),
+    }
+}
+
+/// Add one job's reads and writes to `raw`; returns its runtime in seconds
+/// (0 if it did nothing).
+fn add_job(raw: &mut ClientRaw, job: &Value) -> Result<f64, FioError> {
+    let name = job
+        .get("jobname")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string();
+    let error = job.get("error").and_then(Value::as_i64).unwrap_or(0);
+    if error != 0 {
+        return Err(FioError::JobFailed { job: name, error });
+    }
+    let mut seconds: f64 = 0.0;
+    for (dir, into) in [("read", &mut raw.read), ("write", &mut raw.write)] {
+        let d = job
+            .get(dir)
+            .ok_or_else(|| FioError::Missing(format!("jobs[].{dir}")))?;
+        let field = |key: &str| {
+            d.get(key)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| FioError::Missing(format!("jobs[].{dir}.{key}")))
+        };
+        let ops = field("total_ios")?;
+        into.ops += ops;
+        into.bytes += field("io_bytes")?;
+        let runtime_ms = field("runtime")?;
+        if ops > 0 {
+            seconds = seconds.max(runtime_ms as f64 / 1000.0);
+            merge_bins(into, d, dir)?;
         }
     }
-    Ok((raw, seconds))
+    Ok(seconds)
 }
 
 /// Add `clat_ns.bins` of a direction to `into`'s buckets.

@@ -40,24 +40,39 @@ const COLORS: [&str; 8] = [
 ];
 
 /// Group measured points into lines: `key` names the line, `xy` places a
-/// point on it; lines keep their points sorted by x.
+/// point on it, `order` orders a line's points (the x value, or the queue
+/// depth for IOPS-against-latency curves).
 fn lines(
     results: &Results,
     key: impl Fn(&Point) -> String,
     xy: impl Fn(&Point, &PointSummary) -> (f64, f64),
+    order: impl Fn(&Point, (f64, f64)) -> f64,
 ) -> Vec<Series> {
-    let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    // Per line: (order key, point).
+    type Keyed = Vec<(f64, (f64, f64))>;
+    let mut by: BTreeMap<String, Keyed> = BTreeMap::new();
     for p in &results.points {
         if let Some(s) = &p.summary {
-            by.entry(key(&p.point)).or_default().push(xy(&p.point, s));
+            let at = xy(&p.point, s);
+            by.entry(key(&p.point))
+                .or_default()
+                .push((order(&p.point, at), at));
         }
     }
     by.into_iter()
         .map(|(name, mut points)| {
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series { name, points }
+            Series {
+                name,
+                points: points.into_iter().map(|(_, at)| at).collect(),
+            }
         })
         .collect()
+}
+
+/// Order a line's points by x.
+fn by_x(_: &Point, at: (f64, f64)) -> f64 {
+    at.0
 }
 
 fn jobs(p: &Point) -> String {
@@ -79,7 +94,12 @@ pub fn charts(results: &Results) -> Vec<Chart> {
             x_label: "clients",
             y_label: "IOPS",
             x_log: false,
-            series: lines(results, per_clients, |p, s| (clients(p), s.median.iops)),
+            series: lines(
+                results,
+                per_clients,
+                |p, s| (clients(p), s.median.iops),
+                by_x,
+            ),
         },
         Chart {
             file: "mean-latency-vs-clients.svg",
@@ -87,9 +107,12 @@ pub fn charts(results: &Results) -> Vec<Chart> {
             x_label: "clients",
             y_label: "mean latency (µs)",
             x_log: false,
-            series: lines(results, per_clients, |p, s| {
-                (clients(p), s.median.lat.mean_us)
-            }),
+            series: lines(
+                results,
+                per_clients,
+                |p, s| (clients(p), s.median.lat.mean_us),
+                by_x,
+            ),
         },
         Chart {
             file: "p9999-latency-vs-clients.svg",
@@ -97,9 +120,12 @@ pub fn charts(results: &Results) -> Vec<Chart> {
             x_label: "clients",
             y_label: "p99.99 latency (µs)",
             x_log: false,
-            series: lines(results, per_clients, |p, s| {
-                (clients(p), s.median.lat.p99_99_us)
-            }),
+            series: lines(
+                results,
+                per_clients,
+                |p, s| (clients(p), s.median.lat.p99_99_us),
+                by_x,
+            ),
         },
     ];
     // Across queue depths: IOPS against mean latency.
@@ -112,10 +138,8 @@ pub fn charts(results: &Results) -> Vec<Chart> {
         series: lines(
             results,
             |p| format!("{}{} {} clients", p.workload(), jobs(p), p.clients),
-            |p, s| {
-                let _ = p;
-                (s.median.iops, s.median.lat.mean_us)
-            },
+            |_, s| (s.median.iops, s.median.lat.mean_us),
+            |p, _| f64::from(p.iodepth),
         ),
     });
     let per_bs = |p: &Point| format!("{} qd{}{} {} clients", p.rw, p.iodepth, jobs(p), p.clients);
@@ -125,9 +149,12 @@ pub fn charts(results: &Results) -> Vec<Chart> {
         x_label: "block size (KiB)",
         y_label: "IOPS",
         x_log: true,
-        series: lines(results, per_bs, |p, s| {
-            (p.bs as f64 / 1024.0, s.median.iops)
-        }),
+        series: lines(
+            results,
+            per_bs,
+            |p, s| (p.bs as f64 / 1024.0, s.median.iops),
+            by_x,
+        ),
     });
     out.push(Chart {
         file: "throughput-vs-bs.svg",
@@ -135,9 +162,12 @@ pub fn charts(results: &Results) -> Vec<Chart> {
         x_label: "block size (KiB)",
         y_label: "MiB/s",
         x_log: true,
-        series: lines(results, per_bs, |p, s| {
-            (p.bs as f64 / 1024.0, s.median.mib_s)
-        }),
+        series: lines(
+            results,
+            per_bs,
+            |p, s| (p.bs as f64 / 1024.0, s.median.mib_s),
+            by_x,
+        ),
     });
     out.retain(|c| c.series.iter().any(|s| s.points.len() >= 2));
     out
@@ -246,7 +276,7 @@ pub fn svg(chart: &Chart) -> String {
     let mut xs: Vec<f64> = all.iter().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
-    if xs.len() > 12 || chart.x_label == "IOPS" {
+    if !chart.x_log && (xs.len() > 12 || chart.x_label == "IOPS") {
         let step = nice_step(x1 - x0, 6.0);
         xs = (0..=((x1 - x0) / step).ceil() as usize)
             .map(|i| x0 + i as f64 * step)

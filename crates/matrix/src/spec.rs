@@ -345,10 +345,10 @@ impl MatrixSpec {
             None => 70,
         };
         let image_size = size(&w.image_size, text)?;
-        if image_size < 1 << 20 {
+        if image_size < 1 << 20 || image_size % 512 != 0 || image_size > 1 << 50 {
             return Err(at(
                 w.image_size.span(),
-                format!("image_size {image_size} is under 1 MiB"),
+                format!("image_size {image_size} is not a multiple of 512 from 1 MiB to 1 PiB"),
             ));
         }
         let mut bs = Vec::new();
@@ -380,6 +380,39 @@ impl MatrixSpec {
             Some(c) => ranged(c, "clients", 1, MAX_CLIENTS, text)?,
             None => vec![1],
         };
+        // Sequential jobs walk their own slices of an image: each must
+        // hold a block.
+        let most_jobs = numjobs.iter().copied().max().unwrap_or(1);
+        if rw.iter().any(|m| !m.is_random()) {
+            if let Some(&b) = bs.iter().find(|&&b| b * u64::from(most_jobs) > image_size) {
+                let span = w.numjobs.as_ref().map(|n| n.span()).unwrap_or(w.bs.span());
+                return Err(at(
+                    span,
+                    format!(
+                        "{most_jobs} sequential jobs of bs {b} do not fit in an image of {image_size} bytes"
+                    ),
+                ));
+            }
+        }
+        for (name, span, dup) in [
+            ("rw", w.rw.span(), has_duplicates(&rw)),
+            ("bs", w.bs.span(), has_duplicates(&bs)),
+            ("iodepth", w.iodepth.span(), has_duplicates(&iodepth)),
+            (
+                "numjobs",
+                w.numjobs.as_ref().map(|n| n.span()).unwrap_or_default(),
+                has_duplicates(&numjobs),
+            ),
+            (
+                "clients",
+                w.clients.as_ref().map(|c| c.span()).unwrap_or_default(),
+                has_duplicates(&clients),
+            ),
+        ] {
+            if dup {
+                return Err(at(span, format!("{name} lists a value twice")));
+            }
+        }
         let ramp_s = w.ramp.as_ref().map(|r| *r.get_ref()).unwrap_or(2);
         if ramp_s > 3600 {
             let span = w.ramp.as_ref().map(|r| r.span()).unwrap_or_default();
@@ -408,9 +441,11 @@ impl MatrixSpec {
         // `block_size`; keep a tenth of that free.
         let most = clients.iter().copied().max().unwrap_or(1);
         let replicas = u64::from(osds.min(3));
-        let needed = u64::from(most) * image_size * replicas;
+        let needed = u64::from(most)
+            .saturating_mul(image_size)
+            .saturating_mul(replicas);
         if store == "bluestore" {
-            let capacity = u64::from(osds) * block_size / 10 * 9;
+            let capacity = u64::from(osds).saturating_mul(block_size) / 10 * 9;
             if needed > capacity {
                 let span = w.clients.as_ref().map(|c| c.span()).unwrap_or_default();
                 return Err(at(
@@ -497,6 +532,13 @@ impl MatrixSpec {
     pub fn measured_seconds(&self) -> u64 {
         self.points().len() as u64 * u64::from(self.repetitions) * (self.ramp_s + self.runtime_s)
     }
+}
+
+fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
+    values
+        .iter()
+        .enumerate()
+        .any(|(i, v)| values[..i].contains(v))
 }
 
 fn size_value(s: &SizeText) -> Result<u64, String> {

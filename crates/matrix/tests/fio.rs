@@ -60,3 +60,23 @@ fn failures_are_reported() {
     let plain = data("fio-randwrite.json").replace("\"bins\"", "\"nobins\"");
     assert!(matches!(parse(&plain, 0), Err(FioError::Missing(m)) if m.contains("bins")));
 }
+
+#[test]
+fn one_run_for_all_clients_is_split_by_job_name() {
+    // Both jobs of this file are named c0 (numjobs = 2): one client.
+    let (clients, seconds) =
+        cairn_matrix::fio::parse_clients(&data("fio-randrw-2jobs.json"), 1).unwrap();
+    assert_eq!(clients.len(), 1);
+    assert_eq!(clients[0].read.ops, 23055 + 22954);
+    assert!(seconds > 0.9);
+    // A client with no job is an error, not a silent zero.
+    let e = cairn_matrix::fio::parse_clients(&data("fio-randrw-2jobs.json"), 2).unwrap_err();
+    assert_eq!(e, FioError::Missing("job c1".into()));
+    // Text after the JSON (fio may print more) is ignored.
+    let trailing = format!(
+        "{}\nfio: done\n",
+        data("fio-randwrite.json").replace("\"c1\"", "\"c0\"")
+    );
+    let (clients, _) = cairn_matrix::fio::parse_clients(&trailing, 1).unwrap();
+    assert_eq!(clients[0].write.ops, 47266);
+}

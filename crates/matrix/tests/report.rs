@@ -85,6 +85,7 @@ fn compare_prints_percent_changes_per_matching_point() {
         "{md}"
     );
     assert_eq!(compare::fmt_pct(compare::pct(0.0, 5.0)), "n/a");
+    assert_eq!(compare::fmt_pct(Some(-0.3)), "+0%");
 }
 
 #[test]

@@ -181,6 +181,21 @@ fn unknown_keys_and_bad_values_elsewhere_are_refused() {
     assert!(e.reason.contains("no_such_option"), "{e}");
     let e = refused(&GOOD.replace("pg_num = 16", "pg_num = 24"));
     assert!(e.reason.contains("pg_num 24 is not a power of two"), "{e}");
+    let e = refused(&with("clients", "clients = [1, 2, 1]"));
+    assert!(e.reason.contains("clients lists a value twice"), "{e}");
+    let e = refused(&with("image_size", "image_size = 1048577"));
+    assert!(
+        e.reason
+            .contains("image_size 1048577 is not a multiple of 512"),
+        "{e}"
+    );
+    let seq = with("rw", "rw = \"write\"").replace("[workload]", "[workload]\nnumjobs = 32");
+    let e = refused(&seq.replace("bs = \"4k\"", "bs = \"16M\""));
+    assert!(
+        e.reason
+            .contains("32 sequential jobs of bs 16777216 do not fit"),
+        "{e}"
+    );
     let e = refused(&with("rw", "rw = []"));
     assert!(e.reason.contains("rw lists no values"), "{e}");
     let e = refused("[workload]\nrw = \"read\"\n");

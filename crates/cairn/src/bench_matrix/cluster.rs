@@ -31,8 +31,12 @@ pub struct LocalCluster {
 }
 
 fn cairn(args: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the cairn binary")?;
+    // Its own process group: a Ctrl-C at the terminal must not kill a
+    // `cluster up` or `down` half-way (the run notices it afterwards).
     let out = Command::new(exe)
+        .process_group(0)
         .args(args)
         .output()
         .with_context(|| format!("cannot run cairn {}", args.join(" ")))?;
@@ -161,10 +165,23 @@ impl LocalCluster {
             "--dir".into(),
             self.dir.display().to_string(),
         ];
-        if let Err(e) = cairn(&args) {
-            eprintln!("warning: stopping the benchmark cluster: {e:#}");
-        }
+        let stopped = cairn(&args);
         self.daemons.clear();
+        if let Err(e) = stopped {
+            eprintln!("warning: stopping the benchmark cluster: {e:#}");
+            return;
+        }
+        // The daemons' data (block files, databases) can be many GiB; keep
+        // only the configuration, state and logs.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                        eprintln!("warning: cannot remove {}: {e}", entry.path().display());
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -46,9 +46,11 @@ pub struct Images {
     rt: tokio::runtime::Runtime,
 }
 
-/// How fio reaches client `i`'s image.
+/// How fio reaches the clients' images.
+#[derive(Clone, Copy)]
 enum Engine<'a> {
-    Nbd(&'a Path),
+    /// Through the NBD gateways (client `i` on the `i`th).
+    Nbd(&'a [(Child, PathBuf)]),
     Rbd,
 }
 
@@ -151,9 +153,11 @@ impl Images {
                     .stderr(Stdio::piped())
                     .spawn()
                     .context("cannot run fio")?;
-                fills.push(child);
+                // Killed if an earlier fill fails and this one is left.
+                fills.push(Reaped(Some(child)));
             }
-            for (i, child) in fills.into_iter().enumerate() {
+            for (i, fill) in fills.iter_mut().enumerate() {
+                let Some(child) = fill.0.take() else { continue };
                 let out = child.wait_with_output()?;
                 if !out.status.success() {
                     bail!(
@@ -170,6 +174,12 @@ impl Images {
     fn start_gateways(&mut self, conf_path: &Path, out: &Path) -> Result<()> {
         let exe = std::env::current_exe().context("cannot find the cairn binary")?;
         let dir = out.join("nbd");
+        // Sockets of an earlier run would look ready before the new
+        // gateways listen.
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("cannot remove {}", dir.display()))?;
+        }
         std::fs::create_dir_all(&dir)?;
         for i in 0..self.images.len() as u32 {
             let socket = dir.join(format!("c{i}.sock"));
@@ -189,12 +199,12 @@ impl Images {
         }
         for (child, socket) in &mut self.gateways {
             let mut waited = 0;
-            while !socket.exists() {
+            while std::os::unix::net::UnixStream::connect(&*socket).is_err() {
                 if let Some(status) = child.try_wait()? {
                     bail!("cairn nbd for {} exited: {status}", socket.display());
                 }
                 if waited > 300 {
-                    bail!("cairn nbd did not create {}", socket.display());
+                    bail!("cairn nbd does not listen on {}", socket.display());
                 }
                 std::thread::sleep(Duration::from_millis(100));
                 waited += 1;
@@ -244,9 +254,14 @@ impl Images {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
+            let limit = deadline(spec);
             tokio::select! {
                 r = cairn_bench::run_each(volumes, &bench) => r.map_err(anyhow::Error::from),
                 () = interrupted => Err(anyhow::anyhow!("interrupted")),
+                () = tokio::time::sleep(limit) => Err(anyhow::anyhow!(
+                    "the point did not finish within {} s (a stalled cluster?)",
+                    limit.as_secs()
+                )),
             }
         })?;
         let clients = reports
@@ -275,91 +290,114 @@ impl Images {
         point: &Point,
         stop: &AtomicBool,
     ) -> Result<(Vec<ClientRaw>, f64)> {
-        let mut children = Vec::new();
-        for i in 0..point.clients {
-            let mut fio = Command::new("fio");
-            let engine = match &self.ceph {
-                Some(conf) => {
-                    fio.env("CEPH_CONF", conf);
-                    Engine::Rbd
-                }
-                None => Engine::Nbd(&self.gateways[i as usize].1),
-            };
-            let child = fio
-                .args(fio_args(spec, point, i, engine))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("cannot run fio")?;
-            children.push(child);
-        }
-        let mut clients = Vec::new();
-        let mut seconds: f64 = 0.0;
-        let mut failure = None;
-        for (i, child) in (0u32..).zip(children) {
-            let out = child.wait_with_output().context("waiting for fio")?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            match cairn_matrix::fio::parse(&text, i) {
-                Ok((raw, s)) if out.status.success() => {
-                    seconds = seconds.max(s);
-                    clients.push(raw);
-                }
-                Ok(_) => {
-                    failure.get_or_insert(format!(
-                        "fio for client {i} exited with {}: {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
-                Err(e) => {
-                    failure.get_or_insert(format!(
-                        "fio for client {i}: {e}; stderr: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
+        // One fio process, one job section per client: every client
+        // measured over the same window.
+        let mut fio = Command::new("fio");
+        let engine = match &self.ceph {
+            Some(conf) => {
+                fio.env("CEPH_CONF", conf);
+                Engine::Rbd
             }
-        }
+            None => Engine::Nbd(&self.gateways),
+        };
+        fio.args(fio_args(spec, point, engine))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let deadline = deadline(spec);
+        let out = run_with_deadline(&mut fio, deadline, stop)?;
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
-        if let Some(f) = failure {
-            bail!(f);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("fio exited with {}: {}", out.status, stderr.trim());
         }
-        Ok((clients, seconds))
+        cairn_matrix::fio::parse_clients(&String::from_utf8_lossy(&out.stdout), point.clients)
+            .map_err(|e| anyhow::anyhow!("fio: {e}; stderr: {}", stderr.trim()))
     }
 }
 
-impl Drop for Images {
+/// How long a repetition may take before it is given up: its ramp and
+/// runtime and a minute more (a stalled cluster must not hang the run).
+fn deadline(spec: &MatrixSpec) -> Duration {
+    Duration::from_secs(spec.ramp_s + spec.runtime_s + 60)
+}
+
+/// A child process killed (and reaped) if dropped unfinished.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
     fn drop(&mut self) {
-        for (child, _) in &mut self.gateways {
+        if let Some(child) = &mut self.0 {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 }
 
-/// fio's arguments for client `i` of `point`.
-fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, engine: Engine) -> Vec<String> {
-    let size = spec.image_size / u64::from(point.numjobs);
-    let mut args = vec![format!("--name=c{i}")];
-    match engine {
-        Engine::Nbd(socket) => {
-            args.push("--ioengine=nbd".into());
-            args.push(format!(
-                "--uri=nbd+unix:///{}?socket={}",
-                image_name(i),
-                socket.display()
-            ));
+/// Run `cmd` to completion, its output read as it comes (so a large
+/// output never blocks it); killed at `limit` or when `stop` is set.
+fn run_with_deadline(
+    cmd: &mut Command,
+    limit: Duration,
+    stop: &AtomicBool,
+) -> Result<std::process::Output> {
+    use std::io::Read;
+    let mut child = Reaped(Some(cmd.spawn().context("cannot run fio")?));
+    let inner = child.0.as_mut().context("no child")?;
+    let mut stdout = inner.stdout.take().context("no stdout")?;
+    let mut stderr = inner.stderr.take().context("no stderr")?;
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = inner.try_wait()? {
+            break status;
         }
-        Engine::Rbd => {
-            args.push("--ioengine=rbd".into());
-            args.push("--clientname=admin".into());
-            args.push("--pool=rbd".into());
-            args.push(format!("--rbdname={}", image_name(i)));
+        if stop.load(Ordering::Relaxed) {
+            drop(child);
+            bail!("interrupted");
+        }
+        if start.elapsed() > limit {
+            drop(child);
+            bail!(
+                "fio did not finish within {} s (a stalled cluster?); killed",
+                limit.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    child.0 = None;
+    Ok(std::process::Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    })
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for (child, socket) in &mut self.gateways {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(socket);
         }
     }
-    args.extend([
+}
+
+/// fio's arguments for `point`: global options, then one job section per
+/// client (`c0`, `c1`, ...) naming its image.
+fn fio_args(spec: &MatrixSpec, point: &Point, engine: Engine) -> Vec<String> {
+    let mut args = vec![
         format!("--rw={}", point.rw),
         format!("--bs={}", point.bs),
         format!("--iodepth={}", point.iodepth),
@@ -370,16 +408,37 @@ fn fio_args(spec: &MatrixSpec, point: &Point, i: u32, engine: Engine) -> Vec<Str
         "--randrepeat=0".into(),
         "--norandommap".into(),
         "--output-format=json+".into(),
-    ]);
+    ];
     if point.rw == RwMode::RandRw {
         args.push(format!("--rwmixread={}", point.rwmixread));
     }
     if point.rw.is_random() {
         args.push(format!("--size={}", spec.image_size));
     } else {
-        // Each job walks its own slice, as the builtin driver does.
-        args.push(format!("--size={size}"));
-        args.push(format!("--offset_increment={size}"));
+        // Each job walks its own block-aligned slice, as the builtin
+        // driver does (the spec ensures a slice holds a block).
+        let slice = spec.image_size / u64::from(point.numjobs) / point.bs * point.bs;
+        args.push(format!("--size={slice}"));
+        args.push(format!("--offset_increment={slice}"));
+    }
+    match engine {
+        Engine::Nbd(_) => args.push("--ioengine=nbd".into()),
+        Engine::Rbd => {
+            args.push("--ioengine=rbd".into());
+            args.push("--clientname=admin".into());
+            args.push("--pool=rbd".into());
+        }
+    }
+    for i in 0..point.clients {
+        args.push(format!("--name=c{i}"));
+        match engine {
+            Engine::Nbd(gateways) => args.push(format!(
+                "--uri=nbd+unix:///{}?socket={}",
+                image_name(i),
+                gateways[i as usize].1.display()
+            )),
+            Engine::Rbd => args.push(format!("--rbdname={}", image_name(i))),
+        }
     }
     args
 }

@@ -125,7 +125,7 @@ fn preflight(spec: &MatrixSpec, args: &MatrixArgs) -> Result<()> {
             Ok(_) => {}
         }
     }
-    if args.out.join("results.json").exists() && !args.force {
+    if args.out.join("results.json").exists() && !args.force && !args.dry_run {
         bail!(
             "{} already holds results; use --force to replace them, or another --out",
             args.out.display()
@@ -275,6 +275,10 @@ pub fn run(args: MatrixArgs) -> Result<()> {
         args.out.display()
     );
     print!("{}", report::markdown(&results));
+    if results.interrupted {
+        // As a process killed by SIGINT would: scripts must not go on.
+        std::process::exit(130);
+    }
     Ok(())
 }
 
@@ -291,14 +295,32 @@ fn measure(
         Duration::from_secs(spec.ramp_s),
         Duration::from_secs(spec.runtime_s),
     );
+    let done = AtomicBool::new(false);
     let cpu = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| {
-            std::thread::sleep(ramp);
+            // Sleep in short steps: a point that ends early (an error,
+            // Ctrl-C) must not wait out the window here.
+            let nap = |d: Duration| {
+                let until = Instant::now() + d;
+                while Instant::now() < until {
+                    if done.load(Ordering::Relaxed) || INTERRUPTED.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                true
+            };
+            if !nap(ramp) {
+                return None;
+            }
             let start = cluster.cpu_seconds();
-            std::thread::sleep(runtime);
-            cpu_between(&start, &cluster.cpu_seconds())
+            if !nap(runtime) {
+                return None;
+            }
+            Some(cpu_between(&start, &cluster.cpu_seconds()))
         });
         let measured = images.run(spec, point, &INTERRUPTED);
+        done.store(true, Ordering::Relaxed);
         (measured, sampler.join())
     });
     let (measured, cpu) = cpu;
@@ -316,7 +338,7 @@ fn measure(
     Ok(RepRaw {
         seconds,
         clients,
-        cpu_s: cpu.unwrap_or_default(),
+        cpu_s: cpu.ok().flatten().unwrap_or_default(),
     })
 }
 
