@@ -88,7 +88,7 @@ impl Measurement {
 
 /// Latency percentiles of one direction, in microseconds. All zero without
 /// operations.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct LatencyStats {
     /// The fastest operation.
     pub min_us: f64,

@@ -21,11 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::spec::{MatrixSpec, Point};
 
-/// Histogram bounds: 1 ns to 60 s, 3 significant digits (as `cairn bench`).
-const HIST_LOW_NS: u64 = 1;
-const HIST_HIGH_NS: u64 = 60_000_000_000;
-const HIST_SIGFIG: u8 = 3;
-
 /// Why results cannot be reduced.
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
@@ -33,10 +28,10 @@ pub enum ResultsError {
     Histogram(String),
 }
 
-/// An empty latency histogram with the bounds every result uses.
+/// An empty latency histogram with the bounds every result uses (those of
+/// `cairn bench`: 1 ns to 60 s, 3 significant digits).
 pub fn new_histogram() -> Result<Histogram<u64>, ResultsError> {
-    Histogram::new_with_bounds(HIST_LOW_NS, HIST_HIGH_NS, HIST_SIGFIG)
-        .map_err(|e| ResultsError::Histogram(e.to_string()))
+    cairn_bench::new_histogram().map_err(|e| ResultsError::Histogram(e.to_string()))
 }
 
 /// One direction (reads or writes) of one client in one repetition.
@@ -60,7 +55,7 @@ impl DirRaw {
     /// Add this direction's latencies to `hist`.
     pub fn record_into(&self, hist: &mut Histogram<u64>) -> Result<(), ResultsError> {
         for &(value, count) in &self.lat_ns {
-            let value = value.clamp(HIST_LOW_NS, HIST_HIGH_NS);
+            let value = value.clamp(cairn_bench::HIST_LOW_NS, cairn_bench::HIST_HIGH_NS);
             hist.record_n(value, count)
                 .map_err(|e| ResultsError::Histogram(e.to_string()))?;
         }
@@ -86,34 +81,8 @@ pub struct RepRaw {
     pub cpu_s: BTreeMap<String, f64>,
 }
 
-/// Latency statistics, in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Latency {
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p99_9_us: f64,
-    pub p99_99_us: f64,
-    pub max_us: f64,
-}
-
-impl Latency {
-    /// Statistics of a histogram in nanoseconds (all zero when empty).
-    pub fn of(hist: &Histogram<u64>) -> Latency {
-        if hist.is_empty() {
-            return Latency::default();
-        }
-        let us = |ns: u64| ns as f64 / 1000.0;
-        Latency {
-            mean_us: hist.mean() / 1000.0,
-            p50_us: us(hist.value_at_quantile(0.5)),
-            p99_us: us(hist.value_at_quantile(0.99)),
-            p99_9_us: us(hist.value_at_quantile(0.999)),
-            p99_99_us: us(hist.value_at_quantile(0.9999)),
-            max_us: us(hist.max()),
-        }
-    }
-}
+/// Latency statistics, in microseconds (`cairn bench`'s).
+pub type Latency = cairn_bench::LatencyStats;
 
 /// One repetition reduced: sums over clients, merged latencies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -163,9 +132,9 @@ impl RepRaw {
             read_iops: per_s(read_ops),
             write_iops: per_s(write_ops),
             mib_s: per_s(bytes) / (1 << 20) as f64,
-            lat: Latency::of(&all),
-            read_lat: Latency::of(&read),
-            write_lat: Latency::of(&write),
+            lat: Latency::from_histogram(&all),
+            read_lat: Latency::from_histogram(&read),
+            write_lat: Latency::from_histogram(&write),
             cpu_s,
             iops_per_cpu_s: if cpu_s > 0.0 { ops as f64 / cpu_s } else { 0.0 },
         })
@@ -204,6 +173,7 @@ impl PointSummary {
     pub fn of(reps: &[RepSummary]) -> PointSummary {
         let m = |f: &dyn Fn(&RepSummary) -> f64| median(&reps.iter().map(f).collect::<Vec<_>>());
         let lat = |f: &dyn Fn(&RepSummary) -> Latency| Latency {
+            min_us: m(&|r| f(r).min_us),
             mean_us: m(&|r| f(r).mean_us),
             p50_us: m(&|r| f(r).p50_us),
             p99_us: m(&|r| f(r).p99_us),

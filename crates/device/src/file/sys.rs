@@ -59,40 +59,16 @@ pub(crate) fn pread_full(fd: RawFd, buf: &mut [u8], offset: u64) -> Result<(), D
 
 /// Write all of `buf` at `offset`.
 pub(crate) fn pwrite_full(fd: RawFd, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
-    let total = buf.len() as u64;
-    let mut done = 0usize;
-    while done < buf.len() {
-        let rest = &buf[done..];
-        // SAFETY: `rest` is a valid readable region of `rest.len()` bytes.
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                rest.as_ptr().cast(),
-                rest.len(),
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => {
-                return Err(DeviceError::Io {
-                    op: "write",
-                    offset,
-                    len: total,
-                    source: io::ErrorKind::WriteZero.into(),
-                })
-            }
-            _ => match last_errno() {
-                libc::EINTR | libc::EAGAIN => continue,
-                e => return Err(DeviceError::errno("write", offset, total, e)),
-            },
-        }
-    }
-    Ok(())
+    pwrite_all(fd, buf, offset, 0)
 }
 
 /// Write all of `buf` at `offset` with `RWF_DSYNC`: durable on return.
 pub(crate) fn pwrite_dsync(fd: RawFd, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+    pwrite_all(fd, buf, offset, libc::RWF_DSYNC)
+}
+
+/// `pwritev2` with `flags` until all of `buf` is written.
+fn pwrite_all(fd: RawFd, buf: &[u8], offset: u64, flags: libc::c_int) -> Result<(), DeviceError> {
     let total = buf.len() as u64;
     let mut done = 0usize;
     while done < buf.len() {
@@ -103,15 +79,8 @@ pub(crate) fn pwrite_dsync(fd: RawFd, buf: &[u8], offset: u64) -> Result<(), Dev
         };
         // SAFETY: one iovec over a valid readable region of `rest.len()`
         // bytes, alive for the call.
-        let n = unsafe {
-            libc::pwritev2(
-                fd,
-                &iov,
-                1,
-                (offset + done as u64) as libc::off_t,
-                libc::RWF_DSYNC,
-            )
-        };
+        let n =
+            unsafe { libc::pwritev2(fd, &iov, 1, (offset + done as u64) as libc::off_t, flags) };
         match n {
             n if n > 0 => done += n as usize,
             0 => {
