@@ -1,13 +1,15 @@
 //! The commit thread and the key-value sync thread.
 //!
-//! The commit thread takes every queued transaction at once (group
-//! commit), waits for their new data, flushes the device if there was any
-//! (data must be durable before metadata that points at it can be), starts
-//! a journal record holding all their key-value changes and writes the
-//! changes to the key-value store unsynced meanwhile (see `journal`); the
-//! finisher thread completes their commits once the record is durable. A
-//! group too large for a journal record is written to the key-value store
-//! synced instead.
+//! The commit thread waits until fewer than `journal::WRITERS` records
+//! are in flight, then takes every queued transaction at once (group
+//! commit: the longer the device takes, the larger the next group), waits
+//! for their new data, flushes the device if there was any (data must be
+//! durable before metadata that points at it can be) and starts a journal
+//! record holding all their key-value changes. The finisher thread writes
+//! the changes to the key-value store unsynced while the record is in
+//! flight (see `journal`), then completes the commits once the record is
+//! durable. A group too large for a journal record is written to the
+//! key-value store synced instead.
 //!
 //! The sync thread syncs the key-value store when the journal fills past
 //! half, so that its oldest records can be dropped; if the journal fills
@@ -39,6 +41,8 @@ const SYNC_AT: f64 = 0.5;
 /// A group whose journal record is being written.
 struct InFlight {
     group: Vec<Prepared>,
+    /// The group's key-value changes, for the finisher to write.
+    batch: Batch,
     seq: u64,
     record: Pending,
     start: Instant,
@@ -72,12 +76,11 @@ struct Committer<'a> {
 
 /// The commit thread.
 ///
-/// It forms groups, writes their key-value batches and starts their
-/// journal records; a finisher thread beside it waits for the records, in
-/// order, and acknowledges each group once its record (and so every
-/// earlier one) is durable. Up to `journal::WRITERS` records are written at
-/// once, so the device sees several commits in flight and the commit
-/// thread never waits for one while another group is ready.
+/// It forms groups and starts their journal records; a finisher thread
+/// beside it writes each group's key-value batch and waits for the
+/// records, in order, acknowledging each group once its record (and so
+/// every earlier one) is durable. Up to `journal::WRITERS` records are
+/// written at once, so the device sees several commits in flight.
 pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     let shared = Shared {
         flight: Mutex::new(Flight::default()),
@@ -101,6 +104,9 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         }
         let mut drained = false;
         loop {
+            // A group formed only once a record can start takes in
+            // everything that queued meanwhile: fewer, larger records.
+            let _ = c.wait_finished(WRITERS as u64 - 1);
             match next_group(&c.inner, c.journal.max_payload(), drained) {
                 Next::Group(mut group) => {
                     drained = false;
@@ -135,9 +141,10 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     inner.pipeline.shutdown_sync();
 }
 
-/// The finisher: wait for each handed-over group's record, in order, and
-/// acknowledge the group (or fail it, and the store, if the record or an
-/// earlier one failed).
+/// The finisher: for each handed-over group, in order, write its batch to
+/// the key-value store (unsynced, while its record is in flight), wait for
+/// the record and acknowledge the group (or fail it, and the store, if the
+/// record, the write or an earlier one failed).
 fn finish_loop(inner: &Inner, shared: &Shared) {
     loop {
         let f = {
@@ -152,7 +159,15 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 shared.handed.wait(&mut flight);
             }
         };
-        let durable = f.record.wait();
+        // The only key-value writer while records are in flight (the commit
+        // thread writes only with none), so batches land in commit order.
+        let durable = match inner.kv.write(f.batch, false) {
+            Ok(()) => f.record.wait(),
+            Err(e) => {
+                let _ = f.record.wait();
+                Err(format!("metadata write failed: {e}"))
+            }
+        };
         match durable {
             Ok(()) if inner.failed.get().is_none() => {
                 let perf = &inner.perf;
@@ -240,10 +255,13 @@ impl Committer<'_> {
         }
     }
 
-    /// Nothing is in flight and nothing else is queued: a lone commit
-    /// (queue depth 1) whose record is best written on this thread.
-    fn lone(&self) -> bool {
-        self.begun == self.inner.journal_written.load(Ordering::Acquire)
+    /// A single transaction, with nothing in flight and nothing else
+    /// queued: a lone commit (queue depth 1) whose record is best written
+    /// on this thread. A larger group means commits arrive concurrently, and
+    /// the next group should not wait for this one's record.
+    fn lone(&self, group: &[Prepared]) -> bool {
+        group.len() == 1
+            && self.begun == self.inner.journal_written.load(Ordering::Acquire)
             && self.inner.pipeline.commits.lock().items.is_empty()
     }
 
@@ -340,7 +358,7 @@ impl Committer<'_> {
             sync_kv(&inner)?;
             self.journal.retire(u64::MAX);
         }
-        if self.lone() {
+        if self.lone(group) {
             return self.commit_inline(group, batch, &payload, start);
         }
         // No more than `WRITERS` records unanswered (see `journal`).
@@ -349,27 +367,18 @@ impl Committer<'_> {
         let seq = self.journal.next_seq();
         let (after, record) = self.journal.begin_append(&payload)?;
         self.begun = seq;
-        // The key-value write (unsynced) overlaps the record's (see
-        // `journal`); batches reach the key-value store in commit order.
+        // The finisher writes the batch (unsynced) while the record is in
+        // flight (see `journal`).
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
-        let written = inner
-            .kv
-            .write(batch, false)
-            .map_err(|e| format!("metadata write failed: {e}"));
-        if let Err(why) = &written {
-            // Before the hand-over, so the finisher fails the group.
-            inner.fail(why.clone());
-        }
-        // Handed over even if the write failed: the finisher answers it.
         self.shared.flight.lock().queue.push_back(InFlight {
             group: std::mem::take(group),
+            batch,
             seq,
             record,
             start,
             payload_len: payload.len(),
         });
         self.shared.handed.notify_one();
-        written?;
         self.request_sync(fill);
         Ok(())
     }

@@ -33,8 +33,8 @@
 //! | 32..  | payload: the encoded batch                             |
 //!
 //! The record's write runs on the journal's own writer thread, so the
-//! commit thread can write the same batch to the key-value store meanwhile
-//! (`begin_append` / `finish_append`). That is safe because the key-value
+//! commit thread can go on to the next group and the finisher can write the
+//! same batch to the key-value store meanwhile (`begin_append`). That is safe because the key-value
 //! write is unsynced: if it becomes durable (a background sync) before the
 //! record does and the record then never lands, the store holds a
 //! transaction it did not acknowledge, exactly as after a crash between the
@@ -79,7 +79,7 @@ impl Position {
 }
 
 /// Records written at once, at most: each takes one writer thread.
-pub(crate) const WRITERS: usize = 4;
+pub(crate) const WRITERS: usize = 2;
 
 type Job = (u64, AlignedBuf, mpsc::SyncSender<Result<(), DeviceError>>);
 

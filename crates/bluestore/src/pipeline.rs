@@ -44,6 +44,10 @@ const MAX_DEFERRED_ROUND: u64 = 32 << 20;
 const DEFERRED_BATCH_BYTES: u64 = 1 << 20;
 /// ...or the first queued record has waited this long.
 const DEFERRED_BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+/// Most deferred writes on the device at once. A whole round at once (up to
+/// thousands of writes) queues every journal record, and the flush in it,
+/// behind them all: milliseconds of commit latency, every round.
+const DEFERRED_IN_FLIGHT: usize = 32;
 
 fn queued_bytes(items: &VecDeque<DeferredRecord>) -> u64 {
     items.iter().map(|r| r.writes.len() as u64 * BLOCK).sum()
@@ -210,8 +214,16 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
         let _ = p.done.send(Ok(()));
     }
     if !deferred.is_empty() {
-        inner.pipeline.deferred.lock().items.extend(deferred);
-        inner.pipeline.deferred_ready.notify_one();
+        let mut q = inner.pipeline.deferred.lock();
+        let before = queued_bytes(&q.items);
+        q.items.extend(deferred);
+        // The deferred thread waits for a full batch or a deadline: wake it
+        // to start the deadline or once the batch is full, not every time.
+        if before == 0
+            || before < DEFERRED_BATCH_BYTES && queued_bytes(&q.items) >= DEFERRED_BATCH_BYTES
+        {
+            inner.pipeline.deferred_ready.notify_one();
+        }
     }
     if !releases.is_empty() {
         inner.pipeline.releases.lock().waiting.extend(releases);
@@ -286,11 +298,14 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
             _ => writes.push((phys, data.to_vec())),
         }
     }
-    let bufs = writes
-        .into_iter()
-        .map(|(p, b)| (p, AlignedBuf::from_slice(&b)))
-        .collect();
-    block_on(inner.device.write_many(bufs)).map_err(|e| format!("deferred write failed: {e}"))?;
+    for chunk in writes.chunks(DEFERRED_IN_FLIGHT) {
+        let bufs = chunk
+            .iter()
+            .map(|(p, b)| (*p, AlignedBuf::from_slice(b)))
+            .collect();
+        block_on(inner.device.write_many(bufs))
+            .map_err(|e| format!("deferred write failed: {e}"))?;
+    }
     block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
     inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
     let mut batch = Batch::new();

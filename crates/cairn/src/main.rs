@@ -2,6 +2,11 @@
 //! loads the configuration and calls the library crates; nothing else lives
 //! here. Every error is one line on stderr and a non-zero exit.
 
+/// mimalloc: per-thread heaps make the frees the store's threads do of
+/// each other's allocations (batches, blocks, records) lock-free; glibc's
+/// arenas contend on every one of them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod admin;
 mod bench;
 mod bench_matrix;
