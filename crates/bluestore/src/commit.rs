@@ -161,11 +161,20 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
         };
         // The only key-value writer while records are in flight (the commit
         // thread writes only with none), so batches land in commit order.
-        let durable = match inner.kv.write(f.batch, false) {
+        // After a failure nothing more goes to the key-value store: a
+        // batch must never land there without every earlier one.
+        let written = match inner.failed.get() {
+            Some(why) => Err(why.clone()),
+            None => inner
+                .kv
+                .write(f.batch, false)
+                .map_err(|e| format!("metadata write failed: {e}")),
+        };
+        let durable = match written {
             Ok(()) => f.record.wait(),
-            Err(e) => {
+            Err(why) => {
                 let _ = f.record.wait();
-                Err(format!("metadata write failed: {e}"))
+                Err(why)
             }
         };
         match durable {

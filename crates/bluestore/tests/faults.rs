@@ -291,3 +291,126 @@ async fn failed_journal_flush_fails_the_commit() {
         assert!(store.fsck(true, false).unwrap().is_clean());
     }
 }
+
+/// A [`MemKv`] whose writes fail once `failing` is set, counting every
+/// write and sync attempted after the first failure.
+struct FailingKv {
+    inner: cairn_kv::MemKv,
+    failing: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicBool,
+    after_failure: std::sync::atomic::AtomicU64,
+}
+
+impl cairn_kv::Kv for FailingKv {
+    fn get(&self, key: &[u8]) -> cairn_kv::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> cairn_kv::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(start, end, limit)
+    }
+    fn write(&self, batch: cairn_kv::Batch, sync: bool) -> cairn_kv::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.failed.load(SeqCst) {
+            self.after_failure.fetch_add(1, SeqCst);
+        }
+        if self.failing.load(SeqCst) {
+            self.failed.store(true, SeqCst);
+            return Err(cairn_kv::KvError::Backend("injected write error".into()));
+        }
+        self.inner.write(batch, sync)
+    }
+    fn sync(&self) -> cairn_kv::Result<()> {
+        if self.failed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.after_failure
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.sync()
+    }
+}
+
+/// A failed key-value write fails its commit, every commit in flight
+/// behind it and the store; nothing more is written to the key-value store
+/// after it (a later batch must never land without an earlier one), and a
+/// remount shows every acknowledged transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_metadata_write_fails_the_store_and_writes_nothing_after() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let device = Arc::new(cairn_device::MemDevice::new(64 * MIB));
+    let kv = Arc::new(FailingKv {
+        inner: cairn_kv::MemKv::new(),
+        failing: false.into(),
+        failed: false.into(),
+        after_failure: 0.into(),
+    });
+    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
+    let mount = |device: &Arc<cairn_device::MemDevice>, kv: &Arc<FailingKv>| {
+        let d: Arc<dyn BlockDevice> = device.clone();
+        let k: Arc<dyn cairn_kv::Kv> = kv.clone();
+        cairn_bluestore::BlueStore::mount(d, k, Default::default()).unwrap()
+    };
+    let store = mount(&device, &kv);
+    let model = MemStore::new();
+    populate(&*store, &model, 3).await;
+
+    // Many commits in flight (several journal records), then the failure.
+    let objects: Vec<_> = (0..8).map(|i| oid(C1, &format!("o{i}"))).collect();
+    let mut waits = Vec::new();
+    for round in 0..16u64 {
+        if round == 4 {
+            kv.failing.store(true, SeqCst);
+        }
+        for (i, o) in objects.iter().enumerate() {
+            let t = tx(|t| t.write(o, 0, bytes(pattern(round * 100 + i as u64, 4096))));
+            match store.submit(t) {
+                Ok(c) => waits.push((round, i, c)),
+                Err(e) => assert!(matches!(e, StoreError::Failed(_)), "{e:?}"),
+            }
+        }
+    }
+    let mut acked = Vec::new();
+    let mut errors = 0;
+    for (round, i, c) in waits {
+        match c.await {
+            Ok(()) => acked.push((round, i)),
+            Err(StoreError::Failed(_)) => errors += 1,
+            Err(e) => panic!("expected Failed, got {e:?}"),
+        }
+    }
+    assert!(errors > 0, "the injected write error failed no commit");
+    assert!(
+        kv.failed.load(SeqCst),
+        "the store never wrote after injection"
+    );
+    failed(
+        store.submit(Transaction::new()),
+        "a submit after the failure",
+    );
+    drop(store);
+    assert_eq!(
+        kv.after_failure.load(SeqCst),
+        0,
+        "key-value writes or syncs after the failed write"
+    );
+
+    // Remount on the same device and key-value store (writes work again):
+    // each acknowledged write is there (the last one acknowledged per
+    // object, or a later unacknowledged one, never older data).
+    kv.failing.store(false, SeqCst);
+    let store = mount(&device, &kv);
+    for (i, o) in objects.iter().enumerate() {
+        let Some(last) = acked.iter().filter(|(_, j)| *j == i).map(|(r, _)| *r).max() else {
+            continue;
+        };
+        let got = read(&*store, o, 0, 4096).await;
+        let round = (last..16)
+            .find(|r| got == pattern(r * 100 + i as u64, 4096))
+            .unwrap_or_else(|| panic!("{o}: not the data of round {last} or later"));
+        assert!(round >= last);
+    }
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
