@@ -170,14 +170,10 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 .write(f.batch, false)
                 .map_err(|e| format!("metadata write failed: {e}")),
         };
-        let durable = match written {
-            Ok(()) => f.record.wait(),
-            Err(why) => {
-                let _ = f.record.wait();
-                Err(why)
-            }
-        };
-        match durable {
+        // The record is waited for either way: its buffer is the writer's
+        // until then, and a write error is reported before a later one.
+        let durable = f.record.wait();
+        match written.and(durable) {
             Ok(()) if inner.failed.get().is_none() => {
                 let perf = &inner.perf;
                 let us = f.start.elapsed().as_micros() as u64;

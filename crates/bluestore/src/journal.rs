@@ -33,12 +33,12 @@
 //! | 32..  | payload: the encoded batch                             |
 //!
 //! The record's write runs on the journal's own writer thread, so the
-//! commit thread can go on to the next group and the finisher can write the
-//! same batch to the key-value store meanwhile (`begin_append`). That is safe because the key-value
-//! write is unsynced: if it becomes durable (a background sync) before the
-//! record does and the record then never lands, the store holds a
-//! transaction it did not acknowledge, exactly as after a crash between the
-//! record and the acknowledgement.
+//! commit thread can go on to the next group and the finisher can write
+//! the same batch to the key-value store meanwhile (`begin_append`). That
+//! is safe because the key-value write is unsynced: if it becomes durable
+//! (a background sync) before the record does and the record then never
+//! lands, the store holds a transaction it did not acknowledge, exactly as
+//! after a crash between the record and the acknowledgement.
 //!
 //! Fault model: a record is durable once its write returns; a crash may
 //! leave a torn record at the head, which fails its

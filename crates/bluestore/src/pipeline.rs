@@ -49,8 +49,19 @@ const DEFERRED_BATCH_WAIT: std::time::Duration = std::time::Duration::from_milli
 /// behind them all: milliseconds of commit latency, every round.
 const DEFERRED_IN_FLIGHT: usize = 32;
 
-fn queued_bytes(items: &VecDeque<DeferredRecord>) -> u64 {
-    items.iter().map(|r| r.writes.len() as u64 * BLOCK).sum()
+/// Deferred records waiting for the deferred thread.
+#[derive(Default)]
+struct DeferredQueue {
+    items: VecDeque<DeferredRecord>,
+    /// Bytes the queued records write.
+    bytes: u64,
+    shutdown: bool,
+}
+
+impl DeferredRecord {
+    fn bytes(&self) -> u64 {
+        self.writes.len() as u64 * BLOCK
+    }
 }
 
 /// Deferred writes of one transaction: `(device offset, block, pin)`.
@@ -150,7 +161,7 @@ struct Releases {
 pub(crate) struct Pipeline {
     pub(crate) commits: Mutex<Queue<Prepared>>,
     pub(crate) commit_ready: Condvar,
-    deferred: Mutex<Queue<DeferredRecord>>,
+    deferred: Mutex<DeferredQueue>,
     deferred_ready: Condvar,
     /// The deferred thread has stopped: it will submit nothing more.
     pub(crate) deferred_stopped: std::sync::atomic::AtomicBool,
@@ -215,13 +226,12 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
     }
     if !deferred.is_empty() {
         let mut q = inner.pipeline.deferred.lock();
-        let before = queued_bytes(&q.items);
+        let before = q.bytes;
+        q.bytes += deferred.iter().map(DeferredRecord::bytes).sum::<u64>();
         q.items.extend(deferred);
         // The deferred thread waits for a full batch or a deadline: wake it
         // to start the deadline or once the batch is full, not every time.
-        if before == 0
-            || before < DEFERRED_BATCH_BYTES && queued_bytes(&q.items) >= DEFERRED_BATCH_BYTES
-        {
+        if before == 0 || before < DEFERRED_BATCH_BYTES && q.bytes >= DEFERRED_BATCH_BYTES {
             inner.pipeline.deferred_ready.notify_one();
         }
     }
@@ -253,7 +263,7 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             // once enough has queued or the oldest record has waited long
             // enough, whichever is first.
             let deadline = Instant::now() + DEFERRED_BATCH_WAIT;
-            while !q.shutdown && queued_bytes(&q.items) < DEFERRED_BATCH_BYTES {
+            while !q.shutdown && q.bytes < DEFERRED_BATCH_BYTES {
                 if inner
                     .pipeline
                     .deferred_ready
@@ -266,9 +276,10 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             let mut bytes = 0;
             let mut n = 0;
             while n < q.items.len() && (n == 0 || bytes < MAX_DEFERRED_ROUND) {
-                bytes += q.items[n].writes.len() as u64 * BLOCK;
+                bytes += q.items[n].bytes();
                 n += 1;
             }
+            q.bytes -= bytes;
             q.items.drain(..n).collect()
         };
         if inner.failed.get().is_some() {
@@ -291,17 +302,23 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     }
     let mut blocks: Vec<(u64, &Bytes)> = latest.into_iter().collect();
     blocks.sort_unstable_by_key(|(p, _)| *p);
-    let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut runs: Vec<(u64, Vec<&Bytes>)> = Vec::new();
     for (phys, data) in blocks {
-        match writes.last_mut() {
-            Some((start, buf)) if *start + buf.len() as u64 == phys => buf.extend_from_slice(data),
-            _ => writes.push((phys, data.to_vec())),
+        match runs.last_mut() {
+            Some((start, run)) if *start + run.len() as u64 * BLOCK == phys => run.push(data),
+            _ => runs.push((phys, vec![data])),
         }
     }
-    for chunk in writes.chunks(DEFERRED_IN_FLIGHT) {
+    for chunk in runs.chunks(DEFERRED_IN_FLIGHT) {
         let bufs = chunk
             .iter()
-            .map(|(p, b)| (*p, AlignedBuf::from_slice(b)))
+            .map(|(start, run)| {
+                let mut buf = AlignedBuf::zeroed(run.len() * BLOCK as usize);
+                for (slot, data) in buf.chunks_mut(BLOCK as usize).zip(run) {
+                    slot.copy_from_slice(data);
+                }
+                (*start, buf)
+            })
             .collect();
         block_on(inner.device.write_many(bufs))
             .map_err(|e| format!("deferred write failed: {e}"))?;

@@ -7,6 +7,7 @@
 /// arenas contend on every one of them.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin;
 mod bench;
 mod bench_matrix;
