@@ -5,6 +5,13 @@
 //! [`crate::BlockDevice`] without extra dependencies. Fault model: none of
 //! its own; a future that never wakes blocks the caller forever, exactly as
 //! it would on any executor.
+//!
+//! It is also called from synchronous code that runs inside a tokio task
+//! (a store's `submit` building a read-modify-write). Tokio's cooperative
+//! budget belongs to that task: once it is spent, every tokio resource
+//! (the device's completion channels) answers `Pending` and wakes itself
+//! at once, and only yielding to the runtime refills it, which a blocked
+//! caller never does. So the future is polled outside the budget.
 
 use std::future::Future;
 use std::pin::pin;
@@ -29,7 +36,9 @@ impl Wake for ThreadWaker {
 /// Works on a plain thread with no runtime. Do not call it from inside an
 /// async task: it blocks the executor thread.
 pub fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
+    // Inside a task whose budget is spent, a budgeted poll would spin here
+    // forever (see the module docs).
+    let mut f = pin!(tokio::task::unconstrained(f));
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {
@@ -54,5 +63,31 @@ mod tests {
         });
         assert_eq!(block_on(rx).ok(), Some(42));
         h.join().ok();
+    }
+
+    /// Called from inside a tokio task that has spent its cooperative
+    /// budget, a budgeted poll answers `Pending` and wakes itself forever:
+    /// the caller spun at 100% CPU and never returned (seen as a stalled
+    /// store in the kill -9 crash test).
+    #[test]
+    fn completes_inside_a_task_with_its_budget_spent() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            let got = rt.block_on(async {
+                while tokio::task::coop::has_budget_remaining() {
+                    tokio::task::coop::consume_budget().await;
+                }
+                assert!(!tokio::task::coop::has_budget_remaining());
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(7u32);
+                block_on(rx).ok()
+            });
+            let _ = done_tx.send(got);
+        });
+        let got = done_rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(got, Ok(Some(7)), "block_on never returned");
     }
 }
