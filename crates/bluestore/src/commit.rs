@@ -50,10 +50,16 @@ struct InFlight {
 }
 
 /// Groups handed from the commit thread to the finisher, oldest first.
-#[derive(Default)]
 struct Flight {
     queue: VecDeque<InFlight>,
     stop: bool,
+    /// Sequence number of the last record whose group is settled: its
+    /// commits completed (or failed) and its deferred writes and releases
+    /// handed on. The finisher publishes `journal_written` *before* it
+    /// settles a group, so only this says the commit thread may finish a
+    /// group itself: groups must settle in order, or a later deferred
+    /// write to a block could be queued, and applied, before an earlier one.
+    settled: u64,
 }
 
 /// What the commit thread and its finisher share.
@@ -61,7 +67,7 @@ struct Shared {
     flight: Mutex<Flight>,
     /// A group was handed over, or the finisher is to stop.
     handed: Condvar,
-    /// A group was finished (`journal_written` moved) or failed.
+    /// A group was finished (`journal_written` moved), settled, or failed.
     finished: Condvar,
 }
 
@@ -82,12 +88,16 @@ struct Committer<'a> {
 /// every earlier one) is durable. Up to `journal::WRITERS` records are
 /// written at once, so the device sees several commits in flight.
 pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
+    let begun = inner.journal_written.load(Ordering::Acquire);
     let shared = Shared {
-        flight: Mutex::new(Flight::default()),
+        flight: Mutex::new(Flight {
+            queue: VecDeque::new(),
+            stop: false,
+            settled: begun,
+        }),
         handed: Condvar::new(),
         finished: Condvar::new(),
     };
-    let begun = inner.journal_written.load(Ordering::Acquire);
     std::thread::scope(|scope| {
         let finisher = std::thread::Builder::new()
             .name("cairn-bs-finish".into())
@@ -194,7 +204,7 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 }
             }
         }
-        let _flight = shared.flight.lock();
+        shared.flight.lock().settled = f.seq;
         shared.finished.notify_all();
     }
 }
@@ -260,13 +270,14 @@ impl Committer<'_> {
         }
     }
 
-    /// A single transaction, with nothing in flight and nothing else
-    /// queued: a lone commit (queue depth 1) whose record is best written
-    /// on this thread. A larger group means commits arrive concurrently, and
-    /// the next group should not wait for this one's record.
+    /// A single transaction, with nothing in flight or being settled and
+    /// nothing else queued: a lone commit (queue depth 1) whose record is
+    /// best written on this thread. A larger group means commits arrive
+    /// concurrently, and the next group should not wait for this one's
+    /// record.
     fn lone(&self, group: &[Prepared]) -> bool {
         group.len() == 1
-            && self.begun == self.inner.journal_written.load(Ordering::Acquire)
+            && self.begun == self.shared.flight.lock().settled
             && self.inner.pipeline.commits.lock().items.is_empty()
     }
 
@@ -298,6 +309,7 @@ impl Committer<'_> {
         perf.kv_commit(us);
         inner.journal_written.store(seq, Ordering::Release);
         finish_group(&inner, std::mem::take(group));
+        self.shared.flight.lock().settled = seq;
         self.request_sync(fill);
         Ok(())
     }
@@ -313,9 +325,20 @@ impl Committer<'_> {
         }
     }
 
-    /// Wait until every group handed over is finished.
+    /// Wait until every group handed over is settled (see `Flight`), so
+    /// that this thread may write the key-value store and finish groups
+    /// itself.
     fn drain(&self) -> Result<(), String> {
-        self.wait_finished(0)
+        let mut flight = self.shared.flight.lock();
+        loop {
+            if let Some(why) = self.inner.failed.get() {
+                return Err(why.clone());
+            }
+            if flight.settled == self.begun {
+                return Ok(());
+            }
+            self.shared.finished.wait(&mut flight);
+        }
     }
 
     /// Make a group durable, or start to. See the module docs.

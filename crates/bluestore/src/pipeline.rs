@@ -209,11 +209,21 @@ impl Pipeline {
 }
 
 /// A group is durable: complete its commits and hand on what follows.
+///
+/// Groups must be finished one at a time, in commit order: deferred writes
+/// are queued here, and a round applies the latest queued write of each
+/// block, so a later write queued first would be overwritten by an
+/// earlier one.
 pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
-    let Some(last) = group.last().map(|p| p.seq) else {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else {
         return;
     };
-    inner.committed.store(last, Ordering::Release);
+    let (first, last) = (first.seq, last.seq);
+    let before = inner.committed.swap(last, Ordering::AcqRel);
+    assert!(
+        before < first,
+        "commit groups finished out of order: transaction {first} after {before}"
+    );
     let mut deferred = Vec::new();
     let mut releases = Vec::new();
     for p in group {
