@@ -254,20 +254,24 @@ fn flush(inner: &Inner) -> Result<(), String> {
 }
 
 impl Committer<'_> {
-    /// Wait until at most `left` begun records are unfinished; fails if
-    /// the store has failed (no more records will finish then).
-    fn wait_finished(&self, left: u64) -> Result<(), String> {
+    /// Wait until `done` holds; fails if the store has failed (no more
+    /// records will finish or settle then).
+    fn wait_until(&self, done: impl Fn(&Flight) -> bool) -> Result<(), String> {
         let mut flight = self.shared.flight.lock();
         loop {
             if let Some(why) = self.inner.failed.get() {
                 return Err(why.clone());
             }
-            let written = self.inner.journal_written.load(Ordering::Acquire);
-            if self.begun - written <= left {
+            if done(&flight) {
                 return Ok(());
             }
             self.shared.finished.wait(&mut flight);
         }
+    }
+
+    /// Wait until at most `left` begun records are unfinished.
+    fn wait_finished(&self, left: u64) -> Result<(), String> {
+        self.wait_until(|_| self.begun - self.inner.journal_written.load(Ordering::Acquire) <= left)
     }
 
     /// A single transaction, with nothing in flight or being settled and
@@ -329,16 +333,7 @@ impl Committer<'_> {
     /// that this thread may write the key-value store and finish groups
     /// itself.
     fn drain(&self) -> Result<(), String> {
-        let mut flight = self.shared.flight.lock();
-        loop {
-            if let Some(why) = self.inner.failed.get() {
-                return Err(why.clone());
-            }
-            if flight.settled == self.begun {
-                return Ok(());
-            }
-            self.shared.finished.wait(&mut flight);
-        }
+        self.wait_until(|flight| flight.settled == self.begun)
     }
 
     /// Make a group durable, or start to. See the module docs.

@@ -33,8 +33,8 @@ impl Wake for ThreadWaker {
 
 /// Run `f` to completion on the current thread, parking between polls.
 ///
-/// Works on a plain thread with no runtime. Do not call it from inside an
-/// async task: it blocks the executor thread.
+/// Works on a plain thread with no runtime. Called from inside an async
+/// task it works too, but blocks that executor thread until `f` is done.
 pub fn block_on<F: Future>(f: F) -> F::Output {
     // Inside a task whose budget is spent, a budgeted poll would spin here
     // forever (see the module docs).
