@@ -325,7 +325,7 @@ impl<'a> Builder<'a> {
         self.st.objects = self.st.objects.saturating_add_signed(self.objects_delta);
         self.st.next_seq += 1;
 
-        let deferred = self.deferred_record(&mut batch);
+        let deferred = self.deferred_record();
         let data_pins: Vec<(u64, u64, bool)> = self
             .staged
             .iter()
@@ -354,13 +354,14 @@ impl<'a> Builder<'a> {
             data_pins,
             deferred,
             release,
+            retires: Vec::new(),
             done,
         });
     }
 
-    /// The WAL record of this transaction's in-place writes, pinned in the
-    /// cache until applied.
-    fn deferred_record(&mut self, batch: &mut Batch) -> Option<DeferredRecord> {
+    /// The record of this transaction's in-place writes (the commit thread
+    /// puts it in the journal record), pinned in the cache until applied.
+    fn deferred_record(&mut self) -> Option<DeferredRecord> {
         if self.deferred.is_empty() {
             return None;
         }
@@ -374,8 +375,6 @@ impl<'a> Builder<'a> {
             inner.cache.pin(phys, data.clone(), pin);
             writes.push((phys, data.clone(), pin));
         }
-        let value = crate::pipeline::encode_deferred(writes.iter().map(|(p, d, _)| (*p, &d[..])));
-        batch.put(keys::deferred(self.seq), value);
         let bytes = writes.len() as u64 * crate::onode::BLOCK;
         inner.deferred_backlog.fetch_add(bytes, Ordering::Relaxed);
         inner.perf.deferred_writes.fetch_add(1, Ordering::Relaxed);
@@ -386,6 +385,7 @@ impl<'a> Builder<'a> {
         Some(DeferredRecord {
             seq: self.seq,
             writes,
+            in_kv: false,
         })
     }
 }

@@ -5,15 +5,16 @@
 //! commit: the longer the device takes, the larger the next group), waits
 //! for their new data, flushes the device if there was any (data must be
 //! durable before metadata that points at it can be) and starts a journal
-//! record holding all their key-value changes. The finisher thread writes
-//! the changes to the key-value store unsynced while the record is in
-//! flight (see `journal`), then completes the commits once the record is
-//! durable. A group too large for a journal record is written to the
-//! key-value store synced instead.
+//! record holding all their key-value changes and deferred writes. The
+//! finisher thread waits for each record, writes its changes to the
+//! key-value store unsynced (see `journal`) and completes the commits. A
+//! group too large for a journal record is written to the key-value store
+//! synced instead, deferred records and all.
 //!
 //! The sync thread syncs the key-value store when the journal fills past
 //! half, so that its oldest records can be dropped; if the journal fills
-//! before that, the commit thread syncs it itself.
+//! before that, the commit thread syncs it itself, and waits for the
+//! deferred thread if unapplied deferred writes hold the journal's tail.
 //!
 //! Fault model: a failed device write, flush, journal write or key-value
 //! write or sync fails the store; the commits involved and all later ones
@@ -44,6 +45,8 @@ struct InFlight {
     /// The group's key-value changes, for the finisher to write.
     batch: Batch,
     seq: u64,
+    /// The journal tail the batch records.
+    tail: u64,
     record: Pending,
     start: Instant,
     payload_len: usize,
@@ -169,21 +172,21 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 shared.handed.wait(&mut flight);
             }
         };
+        // The record first: a batch must never reach the key-value store
+        // (where a sync or a memtable flush may make it durable) before its
+        // record, since the deferred writes it describes are only there.
         // The only key-value writer while records are in flight (the commit
         // thread writes only with none), so batches land in commit order.
         // After a failure nothing more goes to the key-value store: a
         // batch must never land there without every earlier one.
-        let written = match inner.failed.get() {
+        let written = f.record.wait().and_then(|()| match inner.failed.get() {
             Some(why) => Err(why.clone()),
             None => inner
                 .kv
                 .write(f.batch, false)
                 .map_err(|e| format!("metadata write failed: {e}")),
-        };
-        // The record is waited for either way: its buffer is the writer's
-        // until then, and a write error is reported before a later one.
-        let durable = f.record.wait();
-        match written.and(durable) {
+        });
+        match written {
             Ok(()) if inner.failed.get().is_none() => {
                 let perf = &inner.perf;
                 let us = f.start.elapsed().as_micros() as u64;
@@ -192,6 +195,7 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 perf.journal_bytes
                     .fetch_add(f.payload_len as u64, Ordering::Relaxed);
                 perf.kv_commit(us);
+                inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
                 inner.journal_written.store(f.seq, Ordering::Release);
                 finish_group(inner, f.group);
             }
@@ -292,6 +296,7 @@ impl Committer<'_> {
         group: &mut Vec<Prepared>,
         mut batch: Batch,
         payload: &[u8],
+        tail: u64,
         start: Instant,
     ) -> Result<(), String> {
         let inner = self.inner.clone();
@@ -311,6 +316,7 @@ impl Committer<'_> {
         perf.journal_bytes
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
         perf.kv_commit(us);
+        inner.jdef_written.fetch_max(tail, Ordering::AcqRel);
         inner.journal_written.store(seq, Ordering::Release);
         finish_group(&inner, std::mem::take(group));
         self.shared.flight.lock().settled = seq;
@@ -357,32 +363,28 @@ impl Committer<'_> {
         for p in group.iter_mut() {
             batch.append(std::mem::take(&mut p.batch));
         }
-        let payload = batch.encode();
-        if payload.len() > self.journal.max_payload() {
-            // Synced, it makes every earlier batch durable too: the journal
-            // then holds nothing needed any more. Earlier groups are
-            // finished first, so that no record is still being written
-            // where later ones may go.
-            self.drain()?;
-            batch.put(keys::JOURNAL_KEY.to_vec(), self.journal.head().encode());
-            inner
-                .kv
-                .write(batch, true)
-                .map_err(|e| format!("metadata commit failed: {e}"))?;
-            self.journal.retire(u64::MAX);
-            inner.perf.kv_commit(start.elapsed().as_micros() as u64);
-            finish_group(&inner, std::mem::take(group));
-            return Ok(());
+        let deferred = || group.iter().filter_map(|p| p.deferred.as_ref());
+        // The batch, the tail's position and the deferred records.
+        let payload_len =
+            batch.encoded_len() + 64 + deferred().map(|d| d.encoded_len()).sum::<usize>();
+        if payload_len > self.journal.max_payload() {
+            return self.commit_oversized(group, batch, start);
         }
-        self.journal
-            .retire(inner.journal_synced.load(Ordering::Acquire));
-        if !self.journal.room(payload.len()).0 {
-            self.drain()?;
-            sync_kv(&inner)?;
-            self.journal.retire(u64::MAX);
+        self.journal.retire(self.retirable());
+        if !self.journal.room(payload_len).0 {
+            self.make_room(payload_len)?;
+        }
+        let tail = inner.pipeline.hold_tail(group, self.journal.head());
+        batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
+        // The record holds the deferred records; the key-value store never
+        // does (see `journal`).
+        let mut payload = Vec::with_capacity(payload_len);
+        batch.encode_into(&mut payload);
+        for d in deferred() {
+            cairn_kv::encode_put(&mut payload, &keys::deferred(d.seq), &d.encode());
         }
         if self.lone(group) {
-            return self.commit_inline(group, batch, &payload, start);
+            return self.commit_inline(group, batch, &payload, tail.seq, start);
         }
         // No more than `WRITERS` records unanswered (see `journal`).
         self.wait_finished(WRITERS as u64 - 1)?;
@@ -390,13 +392,13 @@ impl Committer<'_> {
         let seq = self.journal.next_seq();
         let (after, record) = self.journal.begin_append(&payload)?;
         self.begun = seq;
-        // The finisher writes the batch (unsynced) while the record is in
-        // flight (see `journal`).
+        // The finisher writes the batch once the record is durable.
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         self.shared.flight.lock().queue.push_back(InFlight {
             group: std::mem::take(group),
             batch,
             seq,
+            tail: tail.seq,
             record,
             start,
             payload_len: payload.len(),
@@ -405,18 +407,97 @@ impl Committer<'_> {
         self.request_sync(fill);
         Ok(())
     }
+
+    /// A group too large for a journal record goes to the key-value store
+    /// synced, deferred records and all. That makes every earlier batch
+    /// durable too. Earlier groups are settled first, so that no record is
+    /// still being written where later ones may go.
+    fn commit_oversized(
+        &mut self,
+        group: &mut Vec<Prepared>,
+        mut batch: Batch,
+        start: Instant,
+    ) -> Result<(), String> {
+        let inner = self.inner.clone();
+        self.drain()?;
+        for p in group.iter_mut() {
+            if let Some(d) = p.deferred.as_mut() {
+                d.in_kv = true;
+                batch.put(keys::deferred(d.seq), d.encode());
+            }
+        }
+        let head = self.journal.head();
+        let tail = inner.pipeline.tail(head);
+        batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
+        batch.put(keys::JOURNAL_KEY.to_vec(), head.encode());
+        let written = inner.journal_written.load(Ordering::Acquire);
+        inner
+            .kv
+            .write(batch, true)
+            .map_err(|e| format!("metadata commit failed: {e}"))?;
+        inner.jdef_written.fetch_max(tail.seq, Ordering::AcqRel);
+        synced(&inner, written, tail.seq);
+        self.journal.retire(self.retirable());
+        inner.perf.kv_commit(start.elapsed().as_micros() as u64);
+        finish_group(&inner, std::mem::take(group));
+        Ok(())
+    }
+
+    /// Records the journal may reuse: those whose batches a sync made
+    /// durable in the key-value store, before the durable tail.
+    fn retirable(&self) -> u64 {
+        let synced = self.inner.journal_synced.load(Ordering::Acquire);
+        let tail = self.inner.jdef_synced.load(Ordering::Acquire);
+        synced.min(tail.saturating_sub(1))
+    }
+
+    /// The journal is full: settle every group in flight, sync the
+    /// key-value store and drop what that made durable, waiting for
+    /// deferred writes to be applied as long as they hold the tail. The
+    /// moved tail is written to the key-value store directly (this thread
+    /// cannot commit it: it is the one waiting).
+    fn make_room(&mut self, payload_len: usize) -> Result<(), String> {
+        let inner = self.inner.clone();
+        self.drain()?;
+        loop {
+            sync_kv(&inner)?;
+            self.journal.retire(self.retirable());
+            if self.journal.room(payload_len).0 {
+                return Ok(());
+            }
+            let held = inner.jdef_synced.load(Ordering::Acquire);
+            let tail = inner
+                .pipeline
+                .wait_tail_past(&inner, held, self.journal.head())?;
+            let mut batch = Batch::new();
+            batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
+            inner
+                .kv
+                .write(batch, false)
+                .map_err(|e| format!("metadata write failed: {e}"))?;
+            inner.jdef_written.fetch_max(tail.seq, Ordering::AcqRel);
+        }
+    }
 }
 
 /// Sync the key-value store: every batch written so far becomes durable.
 fn sync_kv(inner: &Inner) -> Result<(), String> {
     let written = inner.journal_written.load(Ordering::Acquire);
+    let tail = inner.jdef_written.load(Ordering::Acquire);
     inner
         .kv
         .sync()
         .map_err(|e| format!("metadata sync failed: {e}"))?;
     inner.perf.kv_syncs.fetch_add(1, Ordering::Relaxed);
-    inner.journal_synced.fetch_max(written, Ordering::AcqRel);
+    synced(inner, written, tail);
     Ok(())
+}
+
+/// The batches of records up to `written`, and the tail at `tail`, are
+/// durable in the key-value store.
+fn synced(inner: &Inner, written: u64, tail: u64) {
+    inner.journal_synced.fetch_max(written, Ordering::AcqRel);
+    inner.jdef_synced.fetch_max(tail, Ordering::AcqRel);
 }
 
 /// The key-value sync thread.

@@ -58,7 +58,7 @@ impl BlueStore {
         let onodes = scan_all(kv, &start, &end).map_err(kv_error)?;
         let mut nids = BTreeMap::new();
         let pending = if deep {
-            pending_deferred(kv, &mut report)?
+            pending_deferred(inner, &mut report)?
         } else {
             HashMap::new()
         };
@@ -152,26 +152,28 @@ impl BlueStore {
 }
 
 /// Blocks with a deferred write not yet applied, by device offset: what a
-/// remount would replay onto them (records in sequence order, so the
+/// remount would replay onto them (the journal's records from its tail on
+/// and the records in the key-value store, in transaction order, so the
 /// latest wins). Until applied, the device holds older content than the
-/// checksums in the onodes describe. Read before any block: a record
-/// deleted after this was applied to the device first.
+/// checksums in the onodes describe. Read before any block: a write that
+/// leaves this set was applied to the device first.
 fn pending_deferred(
-    kv: &dyn cairn_kv::Kv,
+    inner: &crate::state::Inner,
     report: &mut FsckReport,
 ) -> Result<HashMap<u64, Vec<u8>>, StoreError> {
+    let kv = inner.kv.as_ref();
+    let mut records = crate::mount::journal_deferred(inner.device.as_ref(), kv, &inner.sb)?;
     let (start, end) = keys::range_of(&[keys::DEFERRED]);
-    let mut pending = HashMap::new();
     for (key, value) in scan_all(kv, &start, &end).map_err(kv_error)? {
-        match crate::pipeline::decode_deferred(&value) {
-            Ok(writes) => pending.extend(writes),
-            Err(e) => report.errors.push(format!(
-                "deferred record {:?}: {e}",
-                keys::decode_u64_key(&key)
-            )),
+        let seq = keys::decode_u64_key(&key);
+        match (seq, crate::pipeline::decode_deferred(&value)) {
+            (Some(seq), Ok(writes)) => records.push((seq, writes)),
+            (_, Err(e)) => report.errors.push(format!("deferred record {seq:?}: {e}")),
+            (None, Ok(_)) => report.errors.push("bad deferred record key".into()),
         }
     }
-    Ok(pending)
+    records.sort_by_key(|(seq, _)| *seq);
+    Ok(records.into_iter().flat_map(|(_, writes)| writes).collect())
 }
 
 /// Ranges of `[start, end)` in neither `used` nor `free`.

@@ -3,20 +3,27 @@
 //!
 //! A commit group's whole key-value batch is appended here as one record,
 //! written durably (`write_durable`: one `pwritev2(RWF_DSYNC)` on a file);
-//! the batch also goes to the key-value store *unsynced*. So an
-//! acknowledged commit costs one aligned durable write, not a synced
+//! once it is, the batch also goes to the key-value store *unsynced*. So
+//! an acknowledged commit costs one aligned durable write, not a synced
 //! RocksDB write (whose WAL grows its file, so every sync also commits
-//! file-system metadata). A
-//! background thread syncs the key-value store now and then; records whose
-//! batches that sync covered are dead, and their space is reused.
+//! file-system metadata). A background thread syncs the key-value store
+//! now and then.
+//!
+//! The record also carries the group's deferred writes (`D` records: small
+//! overwrites with their data); the key-value store never sees them. They
+//! stay in the journal until the deferred thread has applied them to the
+//! device: the oldest record holding deferred writes not applied yet is the
+//! journal's *tail*, and every batch records where it is (`Sjdef`).
 //!
 //! Every batch also sets `Sjnext` (where the journal continues after its
 //! record, and the next record's sequence number), so after a crash the
 //! key-value store itself says where replay starts: mount scans records
-//! from there, in sequence, and writes their batches again. Space is
-//! reused only for records older than what a sync made durable, which is
-//! never past `Sjnext` in the durable key-value state, so replay always
-//! finds the records it needs.
+//! from the earlier of the two positions, in sequence, writes the batches
+//! of those from `Sjnext` on again, and applies the deferred writes of
+//! those from the tail on (the last tail a replayed batch recorded). A
+//! record's space is reused only once a key-value sync made durable both
+//! its batch and a tail past it, so replay always finds the records it
+//! needs.
 //!
 //! Record layout (little endian), at a multiple of 4 KiB, zero-padded to the
 //! next one; a record that would cross the region's end goes to its start:
@@ -33,12 +40,10 @@
 //! | 32..  | payload: the encoded batch                             |
 //!
 //! The record's write runs on the journal's own writer thread, so the
-//! commit thread can go on to the next group and the finisher can write
-//! the same batch to the key-value store meanwhile (`begin_append`). That
-//! is safe because the key-value write is unsynced: if it becomes durable
-//! (a background sync) before the record does and the record then never
-//! lands, the store holds a transaction it did not acknowledge, exactly as
-//! after a crash between the record and the acknowledgement.
+//! commit thread can go on to the next group (`begin_append`). Its batch
+//! goes to the key-value store only once it is durable: a sync or a
+//! memtable flush could otherwise make durable a batch whose deferred data
+//! (in the record only) never landed.
 //!
 //! Fault model: a record is durable once its write returns; a crash may
 //! leave a torn record at the head, which fails its

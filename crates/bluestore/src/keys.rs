@@ -2,7 +2,7 @@
 //!
 //! | prefix | key after the prefix                     | value                                  |
 //! |--------|------------------------------------------|----------------------------------------|
-//! | `S`    | name (`super`, `nid`, `jnext`)           | superblock; next object id; journal position |
+//! | `S`    | name (`super`, `nid`, `jnext`, `jdef`)   | superblock; next object id; journal positions |
 //! | `O`    | collection (8 B) · object name           | onode core ([`crate::onode::Core`])    |
 //! | `X`    | nid (8 B) · shard index (4 B)            | extent-map shard ([`crate::onode::Shard`]) |
 //! | `M`    | nid (8 B) · omap key                     | omap value                             |
@@ -10,6 +10,11 @@
 //! | `C`    | collection (8 B) · attribute name        | collection attribute                   |
 //! | `F`    | device offset (8 B)                      | free extent length (8 B)               |
 //! | `D`    | sequence (8 B)                           | deferred write record                  |
+//!
+//! A deferred write record normally lives only in a commit journal record
+//! (see `journal`): a `D` put there never reaches the key-value store. Only
+//! a commit group too large for a journal record writes its `D` records
+//! here, and deletes them once applied.
 //!
 //! Integers are big endian so that keys sort numerically; a collection is
 //! its pool (4 B) then its PG seed (4 B). Names and attribute keys are the
@@ -29,6 +34,9 @@ pub const SUPER_KEY: &[u8] = b"Ssuper";
 pub const NID_KEY: &[u8] = b"Snid";
 /// Where the commit journal continues after the last batch written here.
 pub const JOURNAL_KEY: &[u8] = b"Sjnext";
+/// The oldest journal record whose deferred writes may not be on the
+/// device yet: mount applies those of it and every later record.
+pub const JDEF_KEY: &[u8] = b"Sjdef";
 
 /// Bytes of an encoded collection.
 pub const COLL_LEN: usize = 8;

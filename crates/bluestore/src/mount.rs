@@ -6,9 +6,10 @@
 //! label (a Cairn store, or anything else) unless forced, or cannot be
 //! read; a refused mkfs changes nothing.
 //!
-//! Mount checks that label and database belong to the same store, loads and
-//! checks the free list (aligned, inside the device, disjoint), replays the
-//! deferred writes a crash left pending, and finds the collections.
+//! Mount checks that label and database belong to the same store, replays
+//! the commit journal and the deferred writes a crash left pending, loads
+//! and checks the free list (aligned, inside the device, disjoint), and
+//! finds the collections.
 
 use std::collections::BTreeSet;
 
@@ -111,6 +112,7 @@ pub fn mkfs(
     batch.put(keys::NID_KEY.to_vec(), 1u64.to_be_bytes().to_vec());
     let start = Position { offset: 0, seq: 1 };
     batch.put(keys::JOURNAL_KEY.to_vec(), start.encode());
+    batch.put(keys::JDEF_KEY.to_vec(), start.encode());
     batch.put(
         keys::free(data_start),
         (data_end - data_start).to_be_bytes().to_vec(),
@@ -185,7 +187,8 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
             device.size()
         )));
     }
-    let journal = replay_journal(device, kv, &sb)?;
+    let replay = replay_journal(device, kv, &sb)?;
+    let journal = replay.end;
     let (start, end) = keys::range_of(&[keys::FREE]);
     let entries = scan_all(kv, &start, &end).map_err(kv_error)?;
     let free = load_freelist(&entries, sb.min_alloc_size, sb.data_start, sb.device_size)
@@ -198,7 +201,7 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
             .map_err(|_| StoreError::Corrupt("bad object id reservation".into()))?,
         None => return Err(StoreError::Corrupt("no object id reservation".into())),
     };
-    let (replayed, next_seq) = replay_deferred(device, kv)?;
+    let (replayed, next_seq) = replay_deferred(device, kv, replay)?;
     let (colls, objects) = scan_collections(kv)?;
     Ok(Mounted {
         sb,
@@ -212,36 +215,104 @@ pub(crate) fn mount(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<Mounted, St
     })
 }
 
+/// A transaction's deferred writes: its sequence number and
+/// `(device offset, block)` pairs.
+pub(crate) type DeferredWrites = (u64, Vec<(u64, Vec<u8>)>);
+
+/// What the journal replay leaves for the deferred replay.
+struct JournalReplay {
+    /// Where the journal continues.
+    end: Position,
+    /// The deferred records of the records from the tail on.
+    deferred: Vec<DeferredWrites>,
+}
+
+/// A journal position stored under `key`.
+fn position(kv: &dyn Kv, key: &[u8], sb: &Superblock) -> Result<Option<Position>, StoreError> {
+    let corrupt = |e: String| StoreError::Corrupt(format!("journal: {e}"));
+    let Some(v) = kv.get(key).map_err(kv_error)? else {
+        return Ok(None);
+    };
+    let at = Position::decode(&v).ok_or_else(|| corrupt("bad position".into()))?;
+    if at.offset >= sb.journal_len || at.offset % BLOCK != 0 {
+        return Err(corrupt(format!(
+            "position {} outside the journal",
+            at.offset
+        )));
+    }
+    Ok(Some(at))
+}
+
+/// Split a record's batch into its key-value changes and its deferred
+/// records (which never go to the key-value store from a record).
+fn split_record(batch: Batch) -> Result<(Batch, Vec<DeferredWrites>), String> {
+    let mut kv_part = Batch::new();
+    let mut deferred = Vec::new();
+    for op in batch.into_ops() {
+        match op {
+            cairn_kv::Op::Put(k, v) if k.first() == Some(&keys::DEFERRED) => {
+                let seq = keys::decode_u64_key(&k).ok_or("bad deferred record key")?;
+                let writes = crate::pipeline::decode_deferred(&v)
+                    .map_err(|e| format!("deferred record {seq}: {e}"))?;
+                deferred.push((seq, writes));
+            }
+            op => kv_part.push(op),
+        }
+    }
+    Ok((kv_part, deferred))
+}
+
+/// The deferred records of the journal records from the durable tail on:
+/// what a remount would apply. For fsck, on a quiet store.
+pub(crate) fn journal_deferred(
+    device: &dyn BlockDevice,
+    kv: &dyn Kv,
+    sb: &Superblock,
+) -> Result<Vec<DeferredWrites>, StoreError> {
+    let corrupt = |e: String| StoreError::Corrupt(format!("journal: {e}"));
+    let Some(tail) = position(kv, keys::JDEF_KEY, sb)? else {
+        return Ok(Vec::new());
+    };
+    let (records, _) = journal::scan(
+        device,
+        sb.journal_id(),
+        (sb.journal_start, sb.journal_len),
+        tail,
+    )
+    .map_err(corrupt)?;
+    let mut out = Vec::new();
+    for (payload, after) in records {
+        let batch = Batch::decode(&payload)
+            .map_err(|e| corrupt(format!("record {}: {e}", after.seq - 1)))?;
+        out.extend(split_record(batch).map_err(corrupt)?.1);
+    }
+    Ok(out)
+}
+
 /// Write the batches of the journal records the key-value store lacks
-/// (those after its `Sjnext`) into it, in order, and sync it. Returns where
-/// the journal continues.
+/// (those from its `Sjnext` on) into it, in order, and collect the
+/// deferred records of those from the journal's tail (`Sjdef`, as the last
+/// replayed batch recorded it) on. Returns where the journal continues.
 ///
 /// The journal continues where the scan ended, but `WRITERS` sequence
 /// numbers later: records after the first missing one may have been in
 /// flight at the crash and landed (never acknowledged), and a new record
 /// must never carry one of their numbers, or a later replay could take such
 /// a stale record for the new one's successor. The skip is made durable
-/// before any new record is written.
+/// (with the deferred replay) before any new record is written.
 fn replay_journal(
     device: &dyn BlockDevice,
     kv: &dyn Kv,
     sb: &Superblock,
-) -> Result<Position, StoreError> {
+) -> Result<JournalReplay, StoreError> {
     let corrupt = |e: String| StoreError::Corrupt(format!("journal: {e}"));
-    let from = match kv.get(keys::JOURNAL_KEY).map_err(kv_error)? {
-        Some(v) => Position::decode(&v).ok_or_else(|| corrupt("bad position".into()))?,
-        None => {
-            return Err(corrupt(
-                "the metadata database has no journal position".into(),
-            ))
-        }
+    let Some(next) = position(kv, keys::JOURNAL_KEY, sb)? else {
+        return Err(corrupt(
+            "the metadata database has no journal position".into(),
+        ));
     };
-    if from.offset >= sb.journal_len || from.offset % BLOCK != 0 {
-        return Err(corrupt(format!(
-            "position {} outside the journal",
-            from.offset
-        )));
-    }
+    let mut tail = position(kv, keys::JDEF_KEY, sb)?.unwrap_or(next);
+    let from = if tail.seq < next.seq { tail } else { next };
     let (records, end) = journal::scan(
         device,
         sb.journal_id(),
@@ -249,50 +320,101 @@ fn replay_journal(
         from,
     )
     .map_err(corrupt)?;
+    if end.seq < next.seq {
+        // Every record before `Sjnext` was durable before its batch went
+        // to the key-value store, and none from the tail on is reused.
+        return Err(corrupt(format!(
+            "records {} to {} are missing",
+            end.seq,
+            next.seq - 1
+        )));
+    }
+    let mut deferred = Vec::new();
+    let mut replayed = 0;
     for (payload, after) in &records {
-        let mut batch = Batch::decode(payload)
-            .map_err(|e| corrupt(format!("record {}: {e}", after.seq - 1)))?;
+        let seq = after.seq - 1;
+        let batch = Batch::decode(payload).map_err(|e| corrupt(format!("record {seq}: {e}")))?;
+        let (mut batch, writes) = split_record(batch).map_err(corrupt)?;
+        deferred.push((seq, writes));
+        if seq < next.seq {
+            continue; // its batch is in the key-value store
+        }
+        for op in batch.ops() {
+            if let cairn_kv::Op::Put(k, v) = op {
+                if k.as_slice() == keys::JDEF_KEY {
+                    let at = Position::decode(v)
+                        .ok_or_else(|| corrupt(format!("record {seq}: bad tail")))?;
+                    if at.seq > tail.seq {
+                        tail = at;
+                    }
+                }
+            }
+        }
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         kv.write(batch, false).map_err(kv_error)?;
+        replayed += 1;
+    }
+    if replayed > 0 {
+        tracing::info!(records = replayed, "replayed the commit journal");
     }
     let end = Position {
         seq: end.seq + journal::WRITERS as u64,
         ..end
     };
-    let mut last = Batch::new();
-    last.put(keys::JOURNAL_KEY.to_vec(), end.encode());
-    kv.write(last, true).map_err(kv_error)?;
-    if !records.is_empty() {
-        tracing::info!(records = records.len(), "replayed the commit journal");
-    }
-    Ok(end)
+    Ok(JournalReplay {
+        end,
+        deferred: deferred
+            .into_iter()
+            .filter(|(record, _)| *record >= tail.seq)
+            .flat_map(|(_, writes)| writes)
+            .collect(),
+    })
 }
 
-/// Apply the deferred writes a crash left, in order; returns how many
-/// records there were and the sequence number to continue from.
-fn replay_deferred(device: &dyn BlockDevice, kv: &dyn Kv) -> Result<(u64, u64), StoreError> {
+/// Apply the deferred writes a crash left (those of the journal's records
+/// from its tail on, and those in the key-value store), in transaction
+/// order, then move both journal positions to where the journal continues,
+/// synced. Returns how many deferred records there were and the
+/// transaction sequence number to continue from.
+fn replay_deferred(
+    device: &dyn BlockDevice,
+    kv: &dyn Kv,
+    replay: JournalReplay,
+) -> Result<(u64, u64), StoreError> {
     let (start, end) = keys::range_of(&[keys::DEFERRED]);
-    let records = scan_all(kv, &start, &end).map_err(kv_error)?;
-    let mut next_seq = 1;
+    let stored = scan_all(kv, &start, &end).map_err(kv_error)?;
+    let mut records = replay.deferred;
     let mut batch = Batch::new();
-    for (key, value) in &records {
+    for (key, value) in &stored {
         let seq = keys::decode_u64_key(key)
             .ok_or_else(|| StoreError::Corrupt("bad deferred record key".into()))?;
         let writes = crate::pipeline::decode_deferred(value)
             .map_err(|e| StoreError::Corrupt(format!("deferred record {seq}: {e}")))?;
-        let bufs = writes
-            .iter()
-            .map(|(phys, data)| (*phys, AlignedBuf::from_slice(data)))
+        records.push((seq, writes));
+        batch.delete(key.clone());
+    }
+    // The latest write of each block wins.
+    records.sort_by_key(|(seq, _)| *seq);
+    let mut latest = std::collections::BTreeMap::new();
+    let mut next_seq = 1;
+    for (seq, writes) in &records {
+        next_seq = next_seq.max(seq + 1);
+        for (phys, data) in writes {
+            latest.insert(*phys, data);
+        }
+    }
+    if !latest.is_empty() {
+        let bufs = latest
+            .into_iter()
+            .map(|(phys, data)| (phys, AlignedBuf::from_slice(data)))
             .collect();
         block_on(device.write_many(bufs)).map_err(device_error)?;
-        batch.delete(key.clone());
-        next_seq = next_seq.max(seq + 1);
-    }
-    if !records.is_empty() {
         block_on(device.flush()).map_err(device_error)?;
-        kv.write(batch, true).map_err(kv_error)?;
         tracing::info!(records = records.len(), "replayed deferred writes");
     }
+    batch.put(keys::JOURNAL_KEY.to_vec(), replay.end.encode());
+    batch.put(keys::JDEF_KEY.to_vec(), replay.end.encode());
+    kv.write(batch, true).map_err(kv_error)?;
     Ok((records.len() as u64, next_seq))
 }
 

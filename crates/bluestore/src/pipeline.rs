@@ -6,17 +6,23 @@
 //! first, then their metadata as one journal record, and only then
 //! completes their commits.
 //!
-//! Deferred writes (small overwrites whose data travelled in the batch) go
-//! to the **deferred thread** after their commit: it writes them in place,
-//! flushes, then deletes their records through a commit of its own. Until
-//! then their blocks stay pinned in the buffer cache, and after a crash
-//! mount replays the records that remain.
+//! Deferred writes (small overwrites whose data travelled in the commit's
+//! journal record, see `journal`) go to the **deferred thread** after
+//! their commit: it writes them in place and flushes. Until then their
+//! blocks stay pinned in the buffer cache. The journal's *tail*, the
+//! oldest record with deferred writes not on the device yet, then moves
+//! on: every later commit records it (`Sjdef`), the journal reuses no
+//! record from the tail on, and after a crash mount applies the deferred
+//! writes of the records from the durable tail on. A group too large for a
+//! journal record keeps its deferred records in the key-value store
+//! instead, and the deferred thread deletes them once applied.
 //!
 //! Space a transaction released is handed back to the allocator only when
 //! (a) the transaction committed, (b) every deferred write of it and of
-//! earlier transactions reached the device and its record's deletion
-//! committed (so no replay can land on reused space), and (c) every read that
-//! might still use the space is done.
+//! earlier transactions reached the device and a commit recording that
+//! (the moved tail, the deleted records) is durable, so no replay can land
+//! on reused space, and (c) every read that might still use the space is
+//! done.
 //!
 //! Fault model: a failed device write, flush or key-value write fails the
 //! store; the commits involved and all later ones return `Failed`. Nothing
@@ -34,6 +40,7 @@ use cairn_store::StoreError;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 
+use crate::journal::Position;
 use crate::keys;
 use crate::onode::{PExtent, BLOCK};
 use crate::state::Inner;
@@ -68,6 +75,21 @@ impl DeferredRecord {
 pub(crate) struct DeferredRecord {
     pub seq: u64,
     pub writes: Vec<(u64, Bytes, u64)>,
+    /// Committed as a `D` record in the key-value store (a group too large
+    /// for the journal), to be deleted there once applied.
+    pub in_kv: bool,
+}
+
+impl DeferredRecord {
+    /// The `D` value (see [`encode_deferred`]).
+    pub fn encode(&self) -> Vec<u8> {
+        encode_deferred(self.writes.iter().map(|(p, d, _)| (*p, &d[..])))
+    }
+
+    /// Bytes the record adds to an encoded batch as a `D` put, at most.
+    pub fn encoded_len(&self) -> usize {
+        32 + self.writes.len() * (8 + BLOCK as usize)
+    }
 }
 
 /// Encode a deferred record's writes as the `D` value: a format byte, a
@@ -133,6 +155,9 @@ pub(crate) struct Prepared {
     pub data_pins: Vec<(u64, u64, bool)>,
     pub deferred: Option<DeferredRecord>,
     pub release: Option<Release>,
+    /// Transactions whose deferred writes are on the device: once this
+    /// commit is durable, so is the journal tail past them.
+    pub retires: Vec<u64>,
     pub done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -166,6 +191,12 @@ pub(crate) struct Pipeline {
     /// The deferred thread has stopped: it will submit nothing more.
     pub(crate) deferred_stopped: std::sync::atomic::AtomicBool,
     releases: Mutex<Releases>,
+    /// Transactions with deferred writes in a journal record that are not
+    /// on the device yet, with where that record starts: the first is the
+    /// journal's tail.
+    tail: Mutex<std::collections::BTreeMap<u64, Position>>,
+    /// The tail moved.
+    tail_moved: Condvar,
     /// Requests to the key-value sync thread.
     pub(crate) sync: Mutex<Queue<()>>,
     pub(crate) sync_ready: Condvar,
@@ -206,6 +237,43 @@ impl Pipeline {
     pub fn has_waiting_releases(&self) -> bool {
         !self.releases.lock().waiting.is_empty()
     }
+
+    /// The group's deferred writes go in the journal record starting at
+    /// `at`: they hold the tail there until applied. Returns the tail.
+    pub fn hold_tail(&self, group: &[Prepared], at: Position) -> Position {
+        let mut tail = self.tail.lock();
+        for p in group.iter().filter(|p| p.deferred.is_some()) {
+            tail.insert(p.seq, at);
+        }
+        tail.values().next().copied().unwrap_or(at)
+    }
+
+    /// The journal's tail, with the next record starting at `head`.
+    pub fn tail(&self, head: Position) -> Position {
+        self.tail.lock().values().next().copied().unwrap_or(head)
+    }
+
+    /// Wait until the tail is past record `seq`, the next record starting
+    /// at `head`; returns it. Fails if the store fails meanwhile.
+    pub fn wait_tail_past(
+        &self,
+        inner: &Inner,
+        seq: u64,
+        head: Position,
+    ) -> Result<Position, String> {
+        let mut tail = self.tail.lock();
+        loop {
+            let at = tail.values().next().copied().unwrap_or(head);
+            if at.seq > seq {
+                return Ok(at);
+            }
+            if let Some(why) = inner.failed.get() {
+                return Err(why.clone());
+            }
+            self.tail_moved
+                .wait_for(&mut tail, std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 /// A group is durable: complete its commits and hand on what follows.
@@ -226,12 +294,14 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
     );
     let mut deferred = Vec::new();
     let mut releases = Vec::new();
+    let mut retired = Vec::new();
     for p in group {
         for (phys, pin, keep) in p.data_pins {
             inner.cache.unpin(phys, pin, keep);
         }
         deferred.extend(p.deferred);
         releases.extend(p.release);
+        retired.extend(p.retires);
         let _ = p.done.send(Ok(()));
     }
     if !deferred.is_empty() {
@@ -245,8 +315,12 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
             inner.pipeline.deferred_ready.notify_one();
         }
     }
-    if !releases.is_empty() {
-        inner.pipeline.releases.lock().waiting.extend(releases);
+    if !releases.is_empty() || !retired.is_empty() {
+        let mut rel = inner.pipeline.releases.lock();
+        rel.waiting.extend(releases);
+        for seq in retired {
+            rel.unapplied.remove(&seq);
+        }
     }
     try_release(inner);
 }
@@ -335,33 +409,6 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     }
     block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
     inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
-    let mut batch = Batch::new();
-    for r in round {
-        batch.delete(keys::deferred(r.seq));
-    }
-    // The deletions commit like a transaction, in order with the others:
-    // space these records kept from reuse is released only after, so no
-    // replay can ever land on reused space.
-    let (done, committed) = oneshot::channel();
-    {
-        let mut st = inner.state.lock();
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        inner.pipeline.submit(Prepared {
-            seq,
-            batch,
-            data: None,
-            data_pins: Vec::new(),
-            deferred: None,
-            release: None,
-            done,
-        });
-    }
-    match block_on(committed) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(format!("deleting deferred records failed: {e}")),
-        Err(_) => return Err("deleting deferred records: the commit thread stopped".into()),
-    }
     let mut bytes = 0;
     for r in round {
         for (phys, _, pin) in &r.writes {
@@ -375,12 +422,35 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
         .deferred_applied
         .fetch_add(round.len() as u64, Ordering::Relaxed);
     {
-        let mut rel = inner.pipeline.releases.lock();
+        let mut tail = inner.pipeline.tail.lock();
         for r in round {
-            rel.unapplied.remove(&r.seq);
+            tail.remove(&r.seq);
         }
     }
-    try_release(inner);
+    inner.pipeline.tail_moved.notify_all();
+    // A commit records the moved tail (every commit carries it) and deletes
+    // the records kept in the key-value store; the space these writes kept
+    // from reuse is released once it is durable (see `finish_group`), so
+    // no replay can ever land on reused space. Not waited for: the commit
+    // thread may itself be waiting for the tail to move.
+    let mut batch = Batch::new();
+    for r in round.iter().filter(|r| r.in_kv) {
+        batch.delete(keys::deferred(r.seq));
+    }
+    let (done, _) = oneshot::channel();
+    let mut st = inner.state.lock();
+    let seq = st.next_seq;
+    st.next_seq += 1;
+    inner.pipeline.submit(Prepared {
+        seq,
+        batch,
+        data: None,
+        data_pins: Vec::new(),
+        deferred: None,
+        release: None,
+        retires: round.iter().map(|r| r.seq).collect(),
+        done,
+    });
     Ok(())
 }
 

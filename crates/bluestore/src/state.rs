@@ -97,6 +97,12 @@ pub(crate) struct Inner {
     pub journal_written: AtomicU64,
     /// ...and the last one a key-value sync made durable there.
     pub journal_synced: AtomicU64,
+    /// The journal tail (as the sequence number of its record) the last
+    /// batch written to the key-value store recorded...
+    pub jdef_written: AtomicU64,
+    /// ...and the one a key-value sync made durable there. The journal
+    /// reuses no record from it on.
+    pub jdef_synced: AtomicU64,
 }
 
 impl Inner {

@@ -75,6 +75,8 @@ impl BlueStore {
             deferred_backlog: AtomicU64::new(0),
             journal_written: AtomicU64::new(m.journal.seq - 1),
             journal_synced: AtomicU64::new(m.journal.seq - 1),
+            jdef_written: AtomicU64::new(m.journal.seq),
+            jdef_synced: AtomicU64::new(m.journal.seq),
         });
         let journal = Journal::new(
             inner.device.clone(),

@@ -86,6 +86,20 @@ impl Batch {
         &self.ops
     }
 
+    pub fn into_ops(self) -> Vec<Op> {
+        self.ops
+    }
+
+    /// Add one op, as [`put`](Self::put), [`delete`](Self::delete) or
+    /// [`delete_range`](Self::delete_range) would.
+    pub fn push(&mut self, op: Op) {
+        match op {
+            Op::Put(k, v) => self.put(k, v),
+            Op::Delete(k) => self.delete(k),
+            Op::DeleteRange(a, b) => self.delete_range(a, b),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
@@ -99,33 +113,36 @@ impl Batch {
         self.bytes
     }
 
+    /// At least as many bytes as [`encode`](Self::encode) returns.
+    pub fn encoded_len(&self) -> usize {
+        self.bytes + self.ops.len() * 9
+    }
+
     /// The batch as bytes: per op a tag (1 put, 2 delete, 3 delete range)
     /// and its one or two byte strings, each a u32 LE length then bytes.
+    /// Encoded batches concatenated decode as one batch.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes + self.ops.len() * 9);
-        let field = |out: &mut Vec<u8>, b: &[u8]| {
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        };
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Append the batch's encoding to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         for op in &self.ops {
             match op {
-                Op::Put(k, v) => {
-                    out.push(1);
-                    field(&mut out, k);
-                    field(&mut out, v);
-                }
+                Op::Put(k, v) => encode_put(out, k, v),
                 Op::Delete(k) => {
                     out.push(2);
-                    field(&mut out, k);
+                    encode_field(out, k);
                 }
                 Op::DeleteRange(a, b) => {
                     out.push(3);
-                    field(&mut out, a);
-                    field(&mut out, b);
+                    encode_field(out, a);
+                    encode_field(out, b);
                 }
             }
         }
-        out
     }
 
     /// A batch from [`encode`](Self::encode)'s bytes.
@@ -159,6 +176,19 @@ impl Batch {
         }
         Ok(batch)
     }
+}
+
+fn encode_field(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Append one put to an encoded batch (see [`Batch::encode`]), as if the
+/// batch had it last, without building a [`Batch`] around it.
+pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.push(1);
+    encode_field(out, key);
+    encode_field(out, value);
 }
 
 /// An ordered key-value store.
