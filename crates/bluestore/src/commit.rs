@@ -466,6 +466,10 @@ impl Committer<'_> {
                 return Ok(());
             }
             let held = inner.jdef_synced.load(Ordering::Acquire);
+            inner
+                .perf
+                .journal_tail_waits
+                .fetch_add(1, Ordering::Relaxed);
             let tail = inner
                 .pipeline
                 .wait_tail_past(&inner, held, self.journal.head())?;

@@ -19,6 +19,8 @@ pub struct Perf {
     /// Sum of journal record write latencies (durable), in microseconds.
     pub journal_write_us: AtomicU64,
     pub kv_syncs: AtomicU64,
+    /// Times a full journal waited for deferred writes to be applied.
+    pub journal_tail_waits: AtomicU64,
     pub direct_writes: AtomicU64,
     pub direct_write_bytes: AtomicU64,
     pub deferred_writes: AtomicU64,
@@ -47,6 +49,9 @@ pub struct PerfSnapshot {
     pub journal_bytes: u64,
     pub journal_write_mean_us: f64,
     pub kv_syncs: u64,
+    /// Times a full journal waited for deferred writes to be applied (a
+    /// larger journal, or a lower deferred threshold, avoids it).
+    pub journal_tail_waits: u64,
     pub direct_writes: u64,
     pub direct_write_bytes: u64,
     pub deferred_writes: u64,
@@ -108,6 +113,7 @@ impl Perf {
             },
             journal_bytes: get(&self.journal_bytes),
             kv_syncs: get(&self.kv_syncs),
+            journal_tail_waits: get(&self.journal_tail_waits),
             direct_writes: get(&self.direct_writes),
             direct_write_bytes: get(&self.direct_write_bytes),
             deferred_writes: get(&self.deferred_writes),

@@ -127,6 +127,7 @@ pub(super) struct PerfSummary {
     journal_records: u64,
     journal_write_mean_us: f64,
     kv_syncs: u64,
+    journal_tail_waits: u64,
     device_flushes: u64,
     reads: u64,
     data_cache_hits: u64,
@@ -164,6 +165,7 @@ impl PerfSummary {
                 ((journal_us(b) - journal_us(a)) / records as f64).max(0.0)
             },
             kv_syncs: d(a.kv_syncs, b.kv_syncs),
+            journal_tail_waits: d(a.journal_tail_waits, b.journal_tail_waits),
             device_flushes: d(a.device_flushes, b.device_flushes),
             reads: d(a.reads, b.reads),
             data_cache_hits: d(a.data_cache_hits, b.data_cache_hits),
@@ -190,7 +192,8 @@ impl PerfSummary {
         format!(
             "  writes  {} deferred ({}), {} direct ({}), {} read-modify-write reads\n\
              \x20 kv      {} commits, mean {} us; {} transactions; {} device flushes\n\
-             \x20 journal {} records, mean durable write {} us; {} key-value syncs\n\
+             \x20 journal {} records, mean durable write {} us; {} key-value syncs; \
+             {} waits for deferred writes\n\
              \x20 cache   data {}, onode {}\n\
              \x20 reads   {} store reads, {} device reads ({})",
             self.deferred_writes,
@@ -205,6 +208,7 @@ impl PerfSummary {
             self.journal_records,
             fmt_us(self.journal_write_mean_us),
             self.kv_syncs,
+            self.journal_tail_waits,
             pct(self.data_cache_hits, self.data_cache_misses),
             pct(self.onode_cache_hits, self.onode_cache_misses),
             self.reads,
