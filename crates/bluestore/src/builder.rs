@@ -49,7 +49,7 @@ pub(crate) struct Builder<'a> {
     /// Every block this transaction writes, by device offset: what
     /// read-modify-write inside the transaction must see.
     pub staged: HashMap<u64, Bytes>,
-    /// Of those, the ones written in place through the WAL.
+    /// Of those, the ones written in place after the commit (deferred).
     pub deferred: BTreeSet<u64>,
     /// Of those, blocks of large new blobs: not kept in the cache once
     /// written (large writes would push out what is more likely read).

@@ -6,8 +6,9 @@
 //! - **Deferred** (in place, through the commit journal): when the piece, widened to
 //!   whole 4 KiB blocks, is at most `deferred_max_bytes` and every block is
 //!   already allocated to raw (uncompressed) data of the object. The new
-//!   blocks travel in the transaction's key-value batch and are written to
-//!   their place on the device after the commit. One sync acknowledges it.
+//!   blocks travel in the commit's journal record (never in the key-value
+//!   store) and are written to their place on the device after the commit.
+//!   One durable record write acknowledges it.
 //! - **Direct** (copy-on-write): the piece, widened to whole allocation
 //!   units, goes to newly allocated space (compressed if the mode says so
 //!   and it pays), the extent map is pointed at it, and what it replaced
