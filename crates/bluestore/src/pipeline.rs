@@ -367,7 +367,7 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             q.items.drain(..n).collect()
         };
         if inner.failed.get().is_some() {
-            continue; // records stay in the key-value store for replay
+            continue; // the journal keeps their records for replay
         }
         if let Err(why) = apply_round(&inner, &round) {
             inner.fail(why);
