@@ -385,7 +385,7 @@ impl<'a> Builder<'a> {
         Some(DeferredRecord {
             seq: self.seq,
             writes,
-            in_kv: false,
+            record: None,
         })
     }
 }

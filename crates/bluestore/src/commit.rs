@@ -38,6 +38,8 @@ use parking_lot::{Condvar, Mutex};
 const MAX_GROUP: usize = 512;
 /// Past this share of the journal in use, ask for a key-value sync.
 const SYNC_AT: f64 = 0.5;
+/// Bytes the journal tail's position adds to a record, at most.
+const TAIL_PUT_BYTES: usize = 64;
 
 /// A group whose journal record is being written.
 struct InFlight {
@@ -120,7 +122,8 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
             // A group formed only once a record can start takes in
             // everything that queued meanwhile: fewer, larger records.
             let _ = c.wait_finished(WRITERS as u64 - 1);
-            match next_group(&c.inner, c.journal.max_payload(), drained) {
+            let max_bytes = c.journal.max_payload() - TAIL_PUT_BYTES;
+            match next_group(&c.inner, max_bytes, drained) {
                 Next::Group(mut group) => {
                     drained = false;
                     if let Err(why) = c.start_group(&mut group) {
@@ -243,9 +246,9 @@ fn next_group(inner: &Inner, max_bytes: usize, drained: bool) -> Next {
     let mut bytes = 0;
     let mut n = 0;
     while n < q.items.len().min(MAX_GROUP)
-        && (n == 0 || bytes + q.items[n].batch.bytes() <= max_bytes)
+        && (n == 0 || bytes + q.items[n].record_bytes() <= max_bytes)
     {
-        bytes += q.items[n].batch.bytes();
+        bytes += q.items[n].record_bytes();
         n += 1;
     }
     Next::Group(q.items.drain(..n).collect())
@@ -363,10 +366,14 @@ impl Committer<'_> {
         for p in group.iter_mut() {
             batch.append(std::mem::take(&mut p.batch));
         }
-        let deferred = || group.iter().filter_map(|p| p.deferred.as_ref());
         // The batch, the tail's position and the deferred records.
-        let payload_len =
-            batch.encoded_len() + 64 + deferred().map(|d| d.encoded_len()).sum::<usize>();
+        let payload_len = batch.encoded_len()
+            + TAIL_PUT_BYTES
+            + group
+                .iter()
+                .filter_map(|p| p.deferred.as_ref())
+                .map(|d| d.encoded_len())
+                .sum::<usize>();
         if payload_len > self.journal.max_payload() {
             return self.commit_oversized(group, batch, start);
         }
@@ -374,13 +381,17 @@ impl Committer<'_> {
         if !self.journal.room(payload_len).0 {
             self.make_room(payload_len)?;
         }
-        let tail = inner.pipeline.hold_tail(group, self.journal.head());
+        let at = self.journal.head();
+        let tail = inner.pipeline.hold_tail(group, at);
+        for d in group.iter_mut().filter_map(|p| p.deferred.as_mut()) {
+            d.record = Some(at.seq);
+        }
         batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
         // The record holds the deferred records; the key-value store never
         // does (see `journal`).
         let mut payload = Vec::with_capacity(payload_len);
         batch.encode_into(&mut payload);
-        for d in deferred() {
+        for d in group.iter().filter_map(|p| p.deferred.as_ref()) {
             cairn_kv::encode_put(&mut payload, &keys::deferred(d.seq), &d.encode());
         }
         if self.lone(group) {
@@ -422,7 +433,7 @@ impl Committer<'_> {
         self.drain()?;
         for p in group.iter_mut() {
             if let Some(d) = p.deferred.as_mut() {
-                d.in_kv = true;
+                d.record = None;
                 batch.put(keys::deferred(d.seq), d.encode());
             }
         }

@@ -75,9 +75,10 @@ impl DeferredRecord {
 pub(crate) struct DeferredRecord {
     pub seq: u64,
     pub writes: Vec<(u64, Bytes, u64)>,
-    /// Committed as a `D` record in the key-value store (a group too large
-    /// for the journal), to be deleted there once applied.
-    pub in_kv: bool,
+    /// The journal record holding it; `None` once committed as a `D`
+    /// record in the key-value store instead (a group too large for the
+    /// journal), to be deleted there once applied.
+    pub record: Option<u64>,
 }
 
 impl DeferredRecord {
@@ -142,6 +143,17 @@ pub(crate) struct Release {
     pub seq: u64,
     pub gen: u64,
     pub extents: Vec<PExtent>,
+}
+
+impl Prepared {
+    /// Bytes it adds to a journal record, at most.
+    pub fn record_bytes(&self) -> usize {
+        self.batch.encoded_len()
+            + self
+                .deferred
+                .as_ref()
+                .map_or(0, DeferredRecord::encoded_len)
+    }
 }
 
 /// A transaction ready to commit.
@@ -357,12 +369,7 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
                     break;
                 }
             }
-            let mut bytes = 0;
-            let mut n = 0;
-            while n < q.items.len() && (n == 0 || bytes < MAX_DEFERRED_ROUND) {
-                bytes += q.items[n].bytes();
-                n += 1;
-            }
+            let (n, bytes) = round_len(&q.items);
             q.bytes -= bytes;
             q.items.drain(..n).collect()
         };
@@ -373,6 +380,26 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
             inner.fail(why);
         }
     }
+}
+
+/// How many of the queued records the next round takes, and their bytes:
+/// about `MAX_DEFERRED_ROUND`, in whole journal records. Mount applies every
+/// deferred write of every record from the journal's tail on, so were a
+/// record's writes split over two rounds, the first round's would count as
+/// applied (their transactions' released space reused, see `try_release`)
+/// while a crash before the second could still write them again.
+fn round_len(items: &VecDeque<DeferredRecord>) -> (usize, u64) {
+    let mut bytes = 0;
+    let mut n = 0;
+    while n < items.len()
+        && (n == 0
+            || bytes < MAX_DEFERRED_ROUND
+            || items[n].record.is_some() && items[n].record == items[n - 1].record)
+    {
+        bytes += items[n].bytes();
+        n += 1;
+    }
+    (n, bytes)
 }
 
 /// Write a round of deferred records in place, flush, forget the records.
@@ -434,7 +461,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     // no replay can ever land on reused space. Not waited for: the commit
     // thread may itself be waiting for the tail to move.
     let mut batch = Batch::new();
-    for r in round.iter().filter(|r| r.in_kv) {
+    for r in round.iter().filter(|r| r.record.is_none()) {
         batch.delete(keys::deferred(r.seq));
     }
     let (done, _) = oneshot::channel();
@@ -477,5 +504,46 @@ pub(crate) fn try_release(inner: &Inner) {
             inner.cache.forget(p.offset, u64::from(p.len));
             st.alloc.release(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of `mib` MiB of writes in journal record `record`.
+    fn rec(seq: u64, record: Option<u64>, mib: u64) -> DeferredRecord {
+        let blocks = mib * (1 << 20) / BLOCK;
+        DeferredRecord {
+            seq,
+            writes: (0..blocks).map(|b| (b * BLOCK, Bytes::new(), 0)).collect(),
+            record,
+        }
+    }
+
+    #[test]
+    fn rounds_never_split_a_journal_record() {
+        let mib = MAX_DEFERRED_ROUND >> 20;
+        // Three transactions of one record, each over half a round.
+        let q: VecDeque<_> = [
+            rec(1, Some(7), mib / 2 + 1),
+            rec(2, Some(7), mib / 2 + 1),
+            rec(3, Some(7), mib / 2 + 1),
+            rec(4, Some(8), 1),
+        ]
+        .into();
+        assert_eq!(round_len(&q).0, 3, "all of record 7, none of record 8");
+        // Records in the key-value store (no journal record) may be split.
+        let q: VecDeque<_> = [
+            rec(1, None, mib / 2 + 1),
+            rec(2, None, mib / 2 + 1),
+            rec(3, None, mib / 2 + 1),
+        ]
+        .into();
+        assert_eq!(round_len(&q).0, 2);
+        // Distinct records: about one round's worth.
+        let q: VecDeque<_> = (0..8).map(|i| rec(i, Some(i), mib / 4)).collect();
+        let (n, bytes) = round_len(&q);
+        assert_eq!((n, bytes), (4, MAX_DEFERRED_ROUND));
     }
 }

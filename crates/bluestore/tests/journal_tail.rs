@@ -87,6 +87,13 @@ async fn a_full_journal_waits_for_its_deferred_writes() {
         perf.journal_tail_waits > 0,
         "the journal never waited for its tail: {perf:?}"
     );
+    // Groups are cut to fit a record, deferred data included: none had to
+    // go to the key-value store instead.
+    assert_eq!(
+        perf.kv_commits, perf.journal_records,
+        "groups too large for a record: {perf:?}"
+    );
+    assert_eq!(deferred_keys(s.kv.as_ref()), 0);
     for (o, model) in objects.iter().zip(&models) {
         assert_bytes(&read_all(&*store, o).await, model, "object");
     }

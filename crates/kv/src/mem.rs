@@ -1,9 +1,11 @@
 //! An in-memory [`Kv`] for tests.
 //!
-//! Fault model: a power loss keeps exactly the batches written up to the
-//! last `sync` write (a sync write makes every earlier batch durable, as a
+//! Fault model: a power loss keeps the batches written up to the last
+//! `sync` write (a sync write makes every earlier batch durable, as a
 //! write-ahead log does) and loses every later one. [`MemKv::crash_image`]
-//! returns that state as a new store.
+//! returns that state as a new store; [`MemKv::crash_image_keeping`] also
+//! keeps some of the later batches, in order, as RocksDB does when it
+//! flushes a full memtable on its own.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -45,6 +47,29 @@ impl MemKv {
                 durable: st.durable.clone(),
             }),
         }
+    }
+
+    /// The store as a power loss now would leave it had the first `n`
+    /// batches written since the last sync (or all, if fewer) become
+    /// durable on their own.
+    pub fn crash_image_keeping(&self, n: usize) -> MemKv {
+        let st = self.state.read();
+        let mut durable = st.durable.clone();
+        for b in st.unsynced.iter().take(n) {
+            apply(&mut durable, b);
+        }
+        MemKv {
+            state: RwLock::new(State {
+                live: durable.clone(),
+                unsynced: Vec::new(),
+                durable,
+            }),
+        }
+    }
+
+    /// Batches written since the last sync.
+    pub fn unsynced_batches(&self) -> usize {
+        self.state.read().unsynced.len()
     }
 
     /// Number of keys.

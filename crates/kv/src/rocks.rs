@@ -56,8 +56,13 @@ impl Default for RocksKvOptions {
 /// RocksDB behind the [`Kv`] trait.
 pub struct RocksKv {
     db: DB,
-    /// Unsynced (WAL-less) batches may sit in memtables.
+    /// Unsynced (WAL-less) batches may sit in memtables: set once such a
+    /// write has returned from RocksDB, so a `sync` that clears it flushes
+    /// every write that returned before.
     unsynced: AtomicBool,
+    /// One `sync` at a time: a second one must not return (finding nothing
+    /// flagged) while the first is still flushing what it took.
+    syncing: parking_lot::Mutex<()>,
     cache: Cache,
     path: PathBuf,
 }
@@ -106,6 +111,7 @@ impl RocksKv {
         Ok(Self {
             db,
             unsynced: AtomicBool::new(false),
+            syncing: parking_lot::Mutex::new(()),
             cache,
             path: path.to_path_buf(),
         })
@@ -173,14 +179,20 @@ impl Kv for RocksKv {
             // Earlier WAL-less batches first, or the WAL could outlive them.
             self.sync()?;
             opts.set_sync(true);
+            self.db.write_opt(wb, &opts).map_err(backend)
         } else {
             opts.disable_wal(true);
+            self.db.write_opt(wb, &opts).map_err(backend)?;
+            // Only now: flagged before, a sync could clear the flag and
+            // switch memtables before this batch is in one, and the next
+            // sync would then skip it.
             self.unsynced.store(true, Ordering::Release);
+            Ok(())
         }
-        self.db.write_opt(wb, &opts).map_err(backend)
     }
 
     fn sync(&self) -> Result<()> {
+        let _one = self.syncing.lock();
         if self.unsynced.swap(false, Ordering::AcqRel) {
             let mut flush = FlushOptions::default();
             flush.set_wait(true);

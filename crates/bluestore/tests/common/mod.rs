@@ -276,7 +276,15 @@ impl CrashGate {
         }
         let (seed, policy) = *self.how.lock();
         let device = FaultDevice::from_image(self.device.crash_image(seed, policy));
-        *self.images.lock() = Some((device, self.kv.crash_image()));
+        // The database keeps what it synced and, but for `DropAll`, some of
+        // the later batches too (RocksDB flushes full memtables on its own).
+        let later = self.kv.unsynced_batches();
+        let keep = match policy {
+            CrashPolicy::DropAll => 0,
+            CrashPolicy::KeepAll => later,
+            _ => (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (later + 1),
+        };
+        *self.images.lock() = Some((device, self.kv.crash_image_keeping(keep)));
     }
 
     /// Run `op` under the gate; `mutating` ops count towards `crash_at`.
