@@ -262,6 +262,20 @@ fn split_record(batch: Batch) -> Result<(Batch, Vec<DeferredWrites>), String> {
     Ok((kv_part, deferred))
 }
 
+/// The store's journal records from `from` on (see [`journal::scan`]).
+fn scan_journal(
+    device: &dyn BlockDevice,
+    sb: &Superblock,
+    from: Position,
+) -> Result<(journal::Records, Position), String> {
+    journal::scan(
+        device,
+        sb.journal_id(),
+        (sb.journal_start, sb.journal_len),
+        from,
+    )
+}
+
 /// The deferred records of the journal records from the durable tail on:
 /// what a remount would apply. For fsck, on a quiet store.
 pub(crate) fn journal_deferred(
@@ -273,13 +287,7 @@ pub(crate) fn journal_deferred(
     let Some(tail) = position(kv, keys::JDEF_KEY, sb)? else {
         return Ok(Vec::new());
     };
-    let (records, _) = journal::scan(
-        device,
-        sb.journal_id(),
-        (sb.journal_start, sb.journal_len),
-        tail,
-    )
-    .map_err(corrupt)?;
+    let (records, _) = scan_journal(device, sb, tail).map_err(corrupt)?;
     let mut out = Vec::new();
     for (payload, after) in records {
         let batch = Batch::decode(&payload)
@@ -313,13 +321,7 @@ fn replay_journal(
     };
     let mut tail = position(kv, keys::JDEF_KEY, sb)?.unwrap_or(next);
     let from = if tail.seq < next.seq { tail } else { next };
-    let (records, end) = journal::scan(
-        device,
-        sb.journal_id(),
-        (sb.journal_start, sb.journal_len),
-        from,
-    )
-    .map_err(corrupt)?;
+    let (records, end) = scan_journal(device, sb, from).map_err(corrupt)?;
     if end.seq < next.seq {
         // Every record before `Sjnext` was durable before its batch went
         // to the key-value store, and none from the tail on is reused.
