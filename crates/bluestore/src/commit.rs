@@ -383,16 +383,13 @@ impl Committer<'_> {
         }
         let at = self.journal.head();
         let tail = inner.pipeline.hold_tail(group, at);
-        for d in group.iter_mut().filter_map(|p| p.deferred.as_mut()) {
-            d.record = Some(at.seq);
-        }
         batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
         // The record holds the deferred records; the key-value store never
         // does (see `journal`).
         let mut payload = Vec::with_capacity(payload_len);
         batch.encode_into(&mut payload);
         for d in group.iter().filter_map(|p| p.deferred.as_ref()) {
-            cairn_kv::encode_put(&mut payload, &keys::deferred(d.seq), &d.encode());
+            d.encode_put_into(&mut payload);
         }
         if self.lone(group) {
             return self.commit_inline(group, batch, &payload, tail.seq, start);

@@ -82,23 +82,41 @@ pub(crate) struct DeferredRecord {
 }
 
 impl DeferredRecord {
-    /// The `D` value (see [`encode_deferred`]).
+    /// The `D` value (see [`encode_deferred_into`]).
     pub fn encode(&self) -> Vec<u8> {
-        encode_deferred(self.writes.iter().map(|(p, d, _)| (*p, &d[..])))
+        let mut out = Vec::with_capacity(self.value_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        encode_deferred_into(out, self.writes.iter().map(|(p, d, _)| (*p, &d[..])));
+    }
+
+    fn value_len(&self) -> usize {
+        5 + self.writes.len() * (8 + BLOCK as usize)
+    }
+
+    /// Append the record as a `D` put to an encoded batch (see
+    /// [`cairn_kv::encode_put`]), its blocks copied straight in.
+    pub fn encode_put_into(&self, out: &mut Vec<u8>) {
+        cairn_kv::encode_put_header(out, &keys::deferred(self.seq), self.value_len());
+        self.encode_into(out);
     }
 
     /// Bytes the record adds to an encoded batch as a `D` put, at most.
     pub fn encoded_len(&self) -> usize {
-        32 + self.writes.len() * (8 + BLOCK as usize)
+        32 + self.value_len()
     }
 }
 
-/// Encode a deferred record's writes as the `D` value: a format byte, a
-/// count (u32 LE), then per write its device offset (u64 LE) and one block.
-pub(crate) fn encode_deferred<'a>(
+/// Append a deferred record's writes to `out` as the `D` value: a format
+/// byte, a count (u32 LE), then per write its device offset (u64 LE) and
+/// one block.
+fn encode_deferred_into<'a>(
+    out: &mut Vec<u8>,
     writes: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + writes.len() * (8 + BLOCK as usize));
+) {
     out.push(DEFERRED_FORMAT);
     out.extend_from_slice(&(writes.len() as u32).to_le_bytes());
     for (phys, data) in writes {
@@ -106,10 +124,9 @@ pub(crate) fn encode_deferred<'a>(
         out.extend_from_slice(&phys.to_le_bytes());
         out.extend_from_slice(data);
     }
-    out
 }
 
-/// Decode a `D` value written by [`encode_deferred`].
+/// Decode a `D` value written by [`encode_deferred_into`].
 pub(crate) fn decode_deferred(value: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, String> {
     let (&format, rest) = value.split_first().ok_or("empty deferred record")?;
     if format != DEFERRED_FORMAT {
@@ -252,10 +269,11 @@ impl Pipeline {
 
     /// The group's deferred writes go in the journal record starting at
     /// `at`: they hold the tail there until applied. Returns the tail.
-    pub fn hold_tail(&self, group: &[Prepared], at: Position) -> Position {
+    pub fn hold_tail(&self, group: &mut [Prepared], at: Position) -> Position {
         let mut tail = self.tail.lock();
-        for p in group.iter().filter(|p| p.deferred.is_some()) {
-            tail.insert(p.seq, at);
+        for d in group.iter_mut().filter_map(|p| p.deferred.as_mut()) {
+            d.record = Some(at.seq);
+            tail.insert(d.seq, at);
         }
         tail.values().next().copied().unwrap_or(at)
     }

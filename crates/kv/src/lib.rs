@@ -186,9 +186,17 @@ fn encode_field(out: &mut Vec<u8>, b: &[u8]) {
 /// Append one put to an encoded batch (see [`Batch::encode`]), as if the
 /// batch had it last, without building a [`Batch`] around it.
 pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    encode_put_header(out, key, value.len());
+    out.extend_from_slice(value);
+}
+
+/// Append a put's tag, key and value length to an encoded batch; the
+/// caller appends exactly `value_len` bytes of value next (to encode the
+/// value in place rather than copy it in).
+pub fn encode_put_header(out: &mut Vec<u8>, key: &[u8], value_len: usize) {
     out.push(1);
     encode_field(out, key);
-    encode_field(out, value);
+    out.extend_from_slice(&(value_len as u32).to_le_bytes());
 }
 
 /// An ordered key-value store.
@@ -281,6 +289,25 @@ mod tests {
         let bytes = b.encode();
         assert!(Batch::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(Batch::decode(&[9]).is_err());
+    }
+
+    /// Puts appended to an encoded batch decode as the batch's last ops,
+    /// and the encoding never outgrows `encoded_len`.
+    #[test]
+    fn puts_appended_to_an_encoding_decode_with_it() {
+        let mut b = Batch::new();
+        b.put(b"k".to_vec(), b"v".to_vec());
+        b.delete(b"gone".to_vec());
+        let mut out = Vec::new();
+        b.encode_into(&mut out);
+        assert!(out.len() <= b.encoded_len());
+        encode_put(&mut out, b"p", &[7; 100]);
+        encode_put_header(&mut out, b"q", 3);
+        out.extend_from_slice(b"abc");
+        let mut expected = b.clone();
+        expected.put(b"p".to_vec(), vec![7; 100]);
+        expected.put(b"q".to_vec(), b"abc".to_vec());
+        assert_eq!(Batch::decode(&out).unwrap(), expected);
     }
 
     #[test]
