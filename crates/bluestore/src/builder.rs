@@ -290,9 +290,16 @@ impl<'a> Builder<'a> {
         let committed = inner.committed();
         let mut batch = std::mem::take(&mut self.batch);
         for oid in std::mem::take(&mut self.order) {
-            let Some(w) = self.work.remove(&oid) else {
+            let Some(mut w) = self.work.remove(&oid) else {
                 continue;
             };
+            if let Some(o) = w.onode.as_mut() {
+                // The changed shards, counted out by `shard_mut`, back in.
+                for index in &w.dirty_shards {
+                    o.shard_bytes += o.shards.get(index).map_or(0, |s| s.approx_bytes());
+                }
+                debug_assert_eq!(o.shard_bytes, o.recount_shard_bytes(), "{oid}");
+            }
             match &w.onode {
                 Some(o) => {
                     if w.core_dirty {

@@ -411,28 +411,15 @@ impl Shard {
     }
 }
 
-impl Onode {
-    /// Memory the onode takes, roughly, in bytes (for cache accounting).
+impl Shard {
+    /// Memory the shard takes, roughly, in bytes (for cache accounting).
     pub fn approx_bytes(&self) -> u64 {
-        let attrs: usize = self
-            .core
-            .attrs
-            .iter()
-            .map(|(k, v)| 48 + k.len() + v.len())
-            .sum();
-        let shards: usize = self
-            .shards
+        let blobs: usize = self
+            .blobs
             .values()
-            .map(|s| {
-                let blobs: usize = s
-                    .blobs
-                    .values()
-                    .map(|b| 96 + b.pextents.len() * 16 + b.csums.len())
-                    .sum();
-                64 + s.extents.len() * 40 + blobs
-            })
+            .map(|b| 96 + b.pextents.len() * 16 + b.csums.len())
             .sum();
-        (64 + attrs + shards) as u64
+        (64 + self.extents.len() * 40 + blobs) as u64
     }
 }
 
@@ -443,6 +430,38 @@ impl Onode {
 pub struct Onode {
     pub core: Core,
     pub shards: BTreeMap<u32, std::sync::Arc<Shard>>,
+    /// The sum of the shards' `approx_bytes`, kept by whoever changes a
+    /// shard (the transaction builder, once per changed shard), so that
+    /// cache accounting never walks every shard of a large object.
+    pub shard_bytes: u64,
+}
+
+impl Onode {
+    /// An onode of `core` and `shards`, counting their memory.
+    pub fn new(core: Core, shards: BTreeMap<u32, std::sync::Arc<Shard>>) -> Self {
+        let shard_bytes = shards.values().map(|s| s.approx_bytes()).sum();
+        Self {
+            core,
+            shards,
+            shard_bytes,
+        }
+    }
+
+    /// Memory the onode takes, roughly, in bytes (for cache accounting).
+    pub fn approx_bytes(&self) -> u64 {
+        let attrs: usize = self
+            .core
+            .attrs
+            .iter()
+            .map(|(k, v)| 48 + k.len() + v.len())
+            .sum();
+        64 + attrs as u64 + self.shard_bytes
+    }
+
+    /// `shard_bytes` counted again from every shard.
+    pub fn recount_shard_bytes(&self) -> u64 {
+        self.shards.values().map(|s| s.approx_bytes()).sum()
+    }
 }
 
 #[cfg(test)]

@@ -179,5 +179,5 @@ pub(crate) fn load_onode(kv: &dyn Kv, oid: &ObjectId) -> Result<Option<Onode>, S
         let shard: Shard = decode(&value).map_err(|e| corrupt(oid, "extent shard", e))?;
         shards.insert(index, Arc::new(shard));
     }
-    Ok(Some(Onode { core, shards }))
+    Ok(Some(Onode::new(core, shards)))
 }

@@ -70,10 +70,16 @@ impl Builder<'_> {
 
     /// The shard `index` of `oid`, for changing (created if missing).
     fn shard_mut(&mut self, oid: &ObjectId, index: u32) -> Result<&mut Shard, StoreError> {
-        if let Some(w) = self.work.get_mut(oid) {
-            w.dirty_shards.insert(index);
-        }
+        let first = self
+            .work
+            .get_mut(oid)
+            .is_some_and(|w| w.dirty_shards.insert(index));
         let o = self.onode_mut(oid)?;
+        if first {
+            // Counted again, as changed, when the transaction finishes.
+            let bytes = o.shards.get(&index).map_or(0, |s| s.approx_bytes());
+            o.shard_bytes -= bytes;
+        }
         Ok(Arc::make_mut(o.shards.entry(index).or_default()))
     }
 
@@ -235,13 +241,14 @@ impl Builder<'_> {
         }
         let ss = self.inner.shard_size();
         let base = u64::from(index) * ss;
-        let mut buf = if (a, b) == (lo, hi) {
-            vec![0u8; (b - a) as usize]
+        let buf = if (a, b) == (lo, hi) {
+            // Whole blocks: the caller's buffer as it is.
+            data.clone()
         } else {
-            self.read_current(oid, base + a, b - a)?
+            let mut buf = self.read_current(oid, base + a, b - a)?;
+            buf[(lo - a) as usize..(hi - a) as usize].copy_from_slice(data);
+            Bytes::from(buf)
         };
-        buf[(lo - a) as usize..(hi - a) as usize].copy_from_slice(data);
-        let buf = Bytes::from(buf);
         let csum = self.inner.opts.checksum;
         let shard = self.shard_mut(oid, index)?;
         let mut blocks = Vec::with_capacity(targets.len());
