@@ -1,13 +1,17 @@
-//! The commit thread and the key-value sync thread.
+//! The commit thread, its record threads and the key-value sync thread.
 //!
 //! The commit thread waits until fewer than `journal::WRITERS` records
-//! are in flight, then takes every queued transaction at once (group
+//! are unanswered, then takes every queued transaction at once (group
 //! commit: the longer the device takes, the larger the next group), waits
 //! for their new data, flushes the device if there was any (data must be
-//! durable before metadata that points at it can be) and starts a journal
-//! record holding all their key-value changes and deferred writes. The
-//! finisher thread waits for each record, writes its changes to the
-//! key-value store unsynced (see `journal`) and completes the commits. A
+//! durable before metadata that points at it can be) and lays out a journal
+//! record holding all their key-value changes and deferred writes. A
+//! record thread writes it durably and then *answers* it: writes its
+//! changes to the key-value store unsynced (see `journal`) and completes
+//! the commits. Records are answered in order: a thread whose record is
+//! durable before an earlier one leaves it for the thread answering that
+//! one, which then answers both. So one thread hop separates a group from
+//! the device, and none separates the device from the acknowledgement. A
 //! group too large for a journal record is written to the key-value store
 //! synced instead, deferred records and all.
 //!
@@ -20,7 +24,7 @@
 //! write or sync fails the store; the commits involved and all later ones
 //! return `Failed`. Nothing is acknowledged that is not durable.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,7 +32,7 @@ use std::time::Instant;
 use cairn_device::block_on;
 use cairn_kv::Batch;
 
-use crate::journal::{Journal, Pending, WRITERS};
+use crate::journal::{Journal, Record, WRITERS};
 use crate::keys;
 use crate::pipeline::{finish_group, Prepared};
 use crate::state::Inner;
@@ -41,38 +45,42 @@ const SYNC_AT: f64 = 0.5;
 /// Bytes the journal tail's position adds to a record, at most.
 const TAIL_PUT_BYTES: usize = 64;
 
-/// A group whose journal record is being written.
+/// A group whose journal record is laid out, to be written and answered.
 struct InFlight {
     group: Vec<Prepared>,
-    /// The group's key-value changes, for the finisher to write.
+    /// The group's key-value changes, written once the record is durable.
     batch: Batch,
     seq: u64,
     /// The journal tail the batch records.
     tail: u64,
-    record: Pending,
     start: Instant,
     payload_len: usize,
 }
 
-/// Groups handed from the commit thread to the finisher, oldest first.
+/// Records between the commit thread and the record threads.
 struct Flight {
-    queue: VecDeque<InFlight>,
+    /// Laid out, not yet taken by a record thread; oldest first.
+    to_write: VecDeque<(InFlight, Record)>,
+    /// Written (durably or not), waiting for an earlier record to be
+    /// answered; by sequence number.
+    written: BTreeMap<u64, (InFlight, Result<(), String>)>,
+    /// A record thread is answering records (one at a time, in order).
+    answering: bool,
     stop: bool,
-    /// Sequence number of the last record whose group is settled: its
-    /// commits completed (or failed) and its deferred writes and releases
-    /// handed on. The finisher publishes `journal_written` *before* it
-    /// settles a group, so only this says the commit thread may finish a
-    /// group itself: groups must settle in order, or a later deferred
-    /// write to a block could be queued, and applied, before an earlier one.
+    /// Sequence number of the last record answered: its commits completed
+    /// (or failed) and its deferred writes and releases handed on. Only
+    /// this says the commit thread may finish a group itself: groups must
+    /// settle in order, or a later deferred write to a block could be
+    /// queued, and applied, before an earlier one.
     settled: u64,
 }
 
-/// What the commit thread and its finisher share.
+/// What the commit thread and the record threads share.
 struct Shared {
     flight: Mutex<Flight>,
-    /// A group was handed over, or the finisher is to stop.
+    /// A record was laid out, or the record threads are to stop.
     handed: Condvar,
-    /// A group was finished (`journal_written` moved), settled, or failed.
+    /// A record was answered (`settled` moved), or the store failed.
     finished: Condvar,
 }
 
@@ -87,16 +95,16 @@ struct Committer<'a> {
 
 /// The commit thread.
 ///
-/// It forms groups and starts their journal records; a finisher thread
-/// beside it writes each group's key-value batch and waits for the
-/// records, in order, acknowledging each group once its record (and so
-/// every earlier one) is durable. Up to `journal::WRITERS` records are
-/// written at once, so the device sees several commits in flight.
+/// It forms groups and lays out their journal records; `WRITERS` record
+/// threads beside it write the records and answer them in order (see the
+/// module docs), so the device sees several commits in flight.
 pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     let begun = inner.journal_written.load(Ordering::Acquire);
     let shared = Shared {
         flight: Mutex::new(Flight {
-            queue: VecDeque::new(),
+            to_write: VecDeque::new(),
+            written: BTreeMap::new(),
+            answering: false,
             stop: false,
             settled: begun,
         }),
@@ -104,24 +112,25 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         finished: Condvar::new(),
     };
     std::thread::scope(|scope| {
-        let finisher = std::thread::Builder::new()
-            .name("cairn-bs-finish".into())
-            .spawn_scoped(scope, || finish_loop(&inner, &shared));
+        for i in 0..WRITERS {
+            let spawned = std::thread::Builder::new()
+                .name(format!("cairn-bs-record{i}"))
+                .spawn_scoped(scope, || record_loop(&inner, &shared));
+            if let Err(e) = spawned {
+                inner.fail(format!("cannot start a journal record thread: {e}"));
+            }
+        }
         let mut c = Committer {
             inner: inner.clone(),
             journal,
             shared: &shared,
             begun,
         };
-        if let Err(e) = finisher {
-            c.inner
-                .fail(format!("cannot start the commit finisher thread: {e}"));
-        }
         let mut drained = false;
         loop {
             // A group formed only once a record can start takes in
             // everything that queued meanwhile: fewer, larger records.
-            let _ = c.wait_finished(WRITERS as u64 - 1);
+            let _ = c.wait_unanswered(WRITERS as u64 - 1);
             let max_bytes = c.journal.max_payload() - TAIL_PUT_BYTES;
             match next_group(&c.inner, max_bytes, drained) {
                 Next::Group(mut group) => {
@@ -143,7 +152,7 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
                 Next::Stop => break,
             }
         }
-        // Every group handed over is finished before the final sync.
+        // Every record laid out is answered before the final sync.
         let _ = c.drain();
         shared.flight.lock().stop = true;
         shared.handed.notify_all();
@@ -157,17 +166,15 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     inner.pipeline.shutdown_sync();
 }
 
-/// The finisher: for each handed-over group, in order, write its batch to
-/// the key-value store (unsynced, while its record is in flight), wait for
-/// the record and acknowledge the group (or fail it, and the store, if the
-/// record, the write or an earlier one failed).
-fn finish_loop(inner: &Inner, shared: &Shared) {
+/// A record thread: write the next record laid out, then answer every
+/// record written that is next in order, unless another thread already is.
+fn record_loop(inner: &Inner, shared: &Shared) {
     loop {
-        let f = {
+        let (f, record) = {
             let mut flight = shared.flight.lock();
             loop {
-                if let Some(f) = flight.queue.pop_front() {
-                    break f;
+                if let Some(job) = flight.to_write.pop_front() {
+                    break job;
                 }
                 if flight.stop {
                     return;
@@ -175,44 +182,72 @@ fn finish_loop(inner: &Inner, shared: &Shared) {
                 shared.handed.wait(&mut flight);
             }
         };
-        // The record first: a batch must never reach the key-value store
-        // (where a sync or a memtable flush may make it durable) before its
-        // record, since the deferred writes it describes are only there.
-        // The only key-value writer while records are in flight (the commit
-        // thread writes only with none), so batches land in commit order.
-        // After a failure nothing more goes to the key-value store: a
-        // batch must never land there without every earlier one.
-        let written = f.record.wait().and_then(|()| match inner.failed.get() {
+        // Nothing more is written once the store has failed.
+        let written = match inner.failed.get() {
             Some(why) => Err(why.clone()),
-            None => inner
-                .kv
-                .write(f.batch, false)
-                .map_err(|e| format!("metadata write failed: {e}")),
-        });
-        match written {
-            Ok(()) if inner.failed.get().is_none() => {
-                let perf = &inner.perf;
-                let us = f.start.elapsed().as_micros() as u64;
-                perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
-                perf.journal_records.fetch_add(1, Ordering::Relaxed);
-                perf.journal_bytes
-                    .fetch_add(f.payload_len as u64, Ordering::Relaxed);
-                perf.kv_commit(us);
-                inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
-                inner.journal_written.store(f.seq, Ordering::Release);
-                finish_group(inner, f.group);
+            None => record.write(inner.device.as_ref()),
+        };
+        let mut flight = shared.flight.lock();
+        flight.written.insert(f.seq, (f, written));
+        if flight.answering {
+            // The thread answering will come to it.
+            continue;
+        }
+        flight.answering = true;
+        loop {
+            let next = flight.settled + 1;
+            let Some((f, written)) = flight.written.remove(&next) else {
+                break;
+            };
+            drop(flight);
+            answer(inner, f, written);
+            flight = shared.flight.lock();
+            flight.settled = next;
+            shared.finished.notify_all();
+        }
+        flight.answering = false;
+    }
+}
+
+/// Answer a written record: write its batch to the key-value store
+/// (unsynced) and complete its commits, or fail them, and the store, if
+/// the record, the write or an earlier one failed.
+fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
+    // The record first: a batch must never reach the key-value store
+    // (where a sync or a memtable flush may make it durable) before its
+    // record, since the deferred writes it describes are only there.
+    // Records are answered in order, and the commit thread writes the
+    // key-value store only with none unanswered, so batches land in commit
+    // order. After a failure nothing more goes to the key-value store: a
+    // batch must never land there without every earlier one.
+    let written = written.and_then(|()| match inner.failed.get() {
+        Some(why) => Err(why.clone()),
+        None => inner
+            .kv
+            .write(f.batch, false)
+            .map_err(|e| format!("metadata write failed: {e}")),
+    });
+    match written {
+        Ok(()) if inner.failed.get().is_none() => {
+            let perf = &inner.perf;
+            let us = f.start.elapsed().as_micros() as u64;
+            perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
+            perf.journal_records.fetch_add(1, Ordering::Relaxed);
+            perf.journal_bytes
+                .fetch_add(f.payload_len as u64, Ordering::Relaxed);
+            perf.kv_commit(us);
+            inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
+            inner.journal_written.store(f.seq, Ordering::Release);
+            finish_group(inner, f.group);
+        }
+        result => {
+            if let Err(why) = result {
+                inner.fail(why);
             }
-            result => {
-                if let Err(why) = result {
-                    inner.fail(why);
-                }
-                for p in f.group {
-                    let _ = p.done.send(inner.check_failed());
-                }
+            for p in f.group {
+                let _ = p.done.send(inner.check_failed());
             }
         }
-        shared.flight.lock().settled = f.seq;
-        shared.finished.notify_all();
     }
 }
 
@@ -276,9 +311,9 @@ impl Committer<'_> {
         }
     }
 
-    /// Wait until at most `left` begun records are unfinished.
-    fn wait_finished(&self, left: u64) -> Result<(), String> {
-        self.wait_until(|_| self.begun - self.inner.journal_written.load(Ordering::Acquire) <= left)
+    /// Wait until at most `left` begun records are unanswered.
+    fn wait_unanswered(&self, left: u64) -> Result<(), String> {
+        self.wait_until(|flight| self.begun - flight.settled <= left)
     }
 
     /// A single transaction, with nothing in flight or being settled and
@@ -306,7 +341,8 @@ impl Committer<'_> {
         let fill = self.journal.room(payload.len()).1;
         let seq = self.journal.next_seq();
         self.begun = seq;
-        let after = self.journal.append_inline(payload)?;
+        let (after, record) = self.journal.place_record(payload);
+        record.write(inner.device.as_ref())?;
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         inner
             .kv
@@ -395,22 +431,22 @@ impl Committer<'_> {
             return self.commit_inline(group, batch, &payload, tail.seq, start);
         }
         // No more than `WRITERS` records unanswered (see `journal`).
-        self.wait_finished(WRITERS as u64 - 1)?;
+        self.wait_unanswered(WRITERS as u64 - 1)?;
         let fill = self.journal.room(payload.len()).1;
         let seq = self.journal.next_seq();
-        let (after, record) = self.journal.begin_append(&payload)?;
+        let (after, record) = self.journal.place_record(&payload);
         self.begun = seq;
-        // The finisher writes the batch once the record is durable.
+        // The record thread writes the batch once the record is durable.
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
-        self.shared.flight.lock().queue.push_back(InFlight {
+        let f = InFlight {
             group: std::mem::take(group),
             batch,
             seq,
             tail: tail.seq,
-            record,
             start,
             payload_len: payload.len(),
-        });
+        };
+        self.shared.flight.lock().to_write.push_back((f, record));
         self.shared.handed.notify_one();
         self.request_sync(fill);
         Ok(())

@@ -39,11 +39,11 @@
 //! | 28..32| zero                                                   |
 //! | 32..  | payload: the encoded batch                             |
 //!
-//! The record's write runs on the journal's own writer thread, so the
-//! commit thread can go on to the next group (`begin_append`). Its batch
-//! goes to the key-value store only once it is durable: a sync or a
-//! memtable flush could otherwise make durable a batch whose deferred data
-//! (in the record only) never landed.
+//! The journal lays records out (`place_record`); the commit module's
+//! record threads write them, so the commit thread can go on to the next
+//! group. A batch goes to the key-value store only once its record is
+//! durable: a sync or a memtable flush could otherwise make durable a batch
+//! whose deferred data (in the record only) never landed.
 //!
 //! Fault model: a record is durable once its write returns; a crash may
 //! leave a torn record at the head, which fails its
@@ -51,10 +51,9 @@
 //! expected is old (the ring overwrote around it) and also ends it.
 
 use std::collections::VecDeque;
-use std::sync::mpsc;
 use std::sync::Arc;
 
-use cairn_device::{block_on, AlignedBuf, BlockDevice, DeviceError};
+use cairn_device::{block_on, AlignedBuf, BlockDevice};
 
 use crate::onode::BLOCK;
 
@@ -83,58 +82,29 @@ impl Position {
     }
 }
 
-/// Records written at once, at most: each takes one writer thread.
+/// Records written at once, at most: each takes one record thread (see
+/// `commit`).
 pub(crate) const WRITERS: usize = 2;
 
-type Job = (u64, AlignedBuf, mpsc::SyncSender<Result<(), DeviceError>>);
-
-/// The threads that write records durably, `WRITERS` at a time.
-struct Writer {
-    jobs: mpsc::Sender<Job>,
+/// A record laid out in the journal, to be written durably by the caller.
+pub(crate) struct Record {
+    /// Its device offset.
+    pub offset: u64,
+    pub bytes: AlignedBuf,
 }
 
-/// A record being written.
-pub(crate) struct Pending(mpsc::Receiver<Result<(), DeviceError>>);
-
-impl Pending {
-    /// Wait for the record to be durable.
-    pub fn wait(self) -> Result<(), String> {
-        match self.0.recv() {
-            Ok(r) => r.map_err(|e| format!("journal write failed: {e}")),
-            Err(_) => Err("journal write failed: its writer thread is gone".into()),
-        }
-    }
-}
-
-impl Writer {
-    fn start(device: Arc<dyn BlockDevice>) -> Writer {
-        let (jobs, job_rx) = mpsc::channel::<Job>();
-        let job_rx = Arc::new(parking_lot::Mutex::new(job_rx));
-        for i in 0..WRITERS {
-            let (device, job_rx) = (device.clone(), job_rx.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("cairn-bs-journal{i}"))
-                .spawn(move || loop {
-                    // Ends when the journal (the sender) is dropped.
-                    let Ok((offset, buf, done)) = job_rx.lock().recv() else {
-                        return;
-                    };
-                    let _ = done.send(device.write_durable(offset, buf));
-                });
-            if let Err(e) = spawned {
-                // With no thread at all the channel is closed and every
-                // append fails (and fails the store) rather than going
-                // unwritten; with fewer, records just wait longer.
-                tracing::error!(error = %e, "cannot start a journal writer thread");
-            }
-        }
-        Writer { jobs }
+impl Record {
+    /// Write the record durably.
+    pub fn write(self, device: &dyn BlockDevice) -> Result<(), String> {
+        device
+            .write_durable(self.offset, self.bytes)
+            .map_err(|e| format!("journal write failed: {e}"))
     }
 }
 
 /// The journal as the commit thread writes it.
 pub(crate) struct Journal {
-    writer: Writer,
+    #[cfg_attr(not(test), allow(dead_code))]
     device: Arc<dyn BlockDevice>,
     /// The store's id, in every record.
     id: u64,
@@ -168,7 +138,6 @@ impl Journal {
             "bad journal head"
         );
         Self {
-            writer: Writer::start(device.clone()),
             device,
             id,
             start,
@@ -211,34 +180,18 @@ impl Journal {
     /// made durable by it), and return the position after it.
     #[cfg(test)]
     pub fn append(&mut self, payload: &[u8]) -> Result<Position, String> {
-        let (after, pending) = self.begin_append(payload)?;
-        pending.wait()?;
+        let (after, record) = self.place_record(payload);
+        record.write(self.device.as_ref())?;
         Ok(after)
     }
 
-    /// Start writing one record and return the position after it; the
-    /// record is durable once its `Pending::wait` returns `Ok`. Up to
-    /// `WRITERS` records are written at once; the caller must keep no more
-    /// than that unanswered (see `mount::replay_journal`).
-    pub fn begin_append(&mut self, payload: &[u8]) -> Result<(Position, Pending), String> {
-        let (offset, buf) = self.place(payload);
-        let (done, result) = mpsc::sync_channel(1);
-        self.writer
-            .jobs
-            .send((offset, buf, done))
-            .map_err(|_| "journal write failed: no writer thread".to_string())?;
-        Ok((self.head, Pending(result)))
-    }
-
-    /// Write one record durably on the calling thread, with no record
-    /// being written (one thread hop less for a lone commit), and return
-    /// the position after it.
-    pub fn append_inline(&mut self, payload: &[u8]) -> Result<Position, String> {
-        let (offset, buf) = self.place(payload);
-        self.device
-            .write_durable(offset, buf)
-            .map_err(|e| format!("journal write failed: {e}"))?;
-        Ok(self.head)
+    /// Lay out the next record, to be written by the caller, and return
+    /// the position after it. Up to `WRITERS` records may be written at
+    /// once; the caller must keep no more than that unanswered (see
+    /// `mount::replay_journal`).
+    pub fn place_record(&mut self, payload: &[u8]) -> (Position, Record) {
+        let (offset, bytes) = self.place(payload);
+        (self.head, Record { offset, bytes })
     }
 
     /// Lay out the next record: its device offset and bytes. The journal
