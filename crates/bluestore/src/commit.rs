@@ -66,6 +66,9 @@ struct Flight {
     written: BTreeMap<u64, (InFlight, Result<(), String>)>,
     /// A record thread is answering records (one at a time, in order).
     answering: bool,
+    /// A record thread died, maybe while answering: records are no longer
+    /// answered in order but failed as they come.
+    broken: bool,
     stop: bool,
     /// Sequence number of the last record answered: its commits completed
     /// (or failed) and its deferred writes and releases handed on. Only
@@ -105,6 +108,7 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
             to_write: VecDeque::new(),
             written: BTreeMap::new(),
             answering: false,
+            broken: false,
             stop: false,
             settled: begun,
         }),
@@ -120,6 +124,10 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
                 inner.fail(format!("cannot start a journal record thread: {e}"));
             }
         }
+        // However this thread leaves the scope, the record threads stop
+        // (once every record laid out is written and answered) so that
+        // the scope can end.
+        let _stop = StopRecords(&shared);
         let mut c = Committer {
             inner: inner.clone(),
             journal,
@@ -154,8 +162,6 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         }
         // Every record laid out is answered before the final sync.
         let _ = c.drain();
-        shared.flight.lock().stop = true;
-        shared.handed.notify_all();
     });
     // Leave nothing for the journal to replay after a clean stop.
     if inner.failed.get().is_none() {
@@ -166,9 +172,45 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     inner.pipeline.shutdown_sync();
 }
 
+/// Tells the record threads to stop once nothing is left to write.
+struct StopRecords<'a>(&'a Shared);
+
+impl Drop for StopRecords<'_> {
+    fn drop(&mut self) {
+        self.0.flight.lock().stop = true;
+        self.0.handed.notify_all();
+    }
+}
+
+/// Fails the store if a record thread panics, and wakes the commit thread,
+/// which may be waiting for a record that thread was to answer.
+struct RecordThreadDies<'a>(&'a Inner, &'a Shared);
+
+impl Drop for RecordThreadDies<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let inner = self.0;
+            inner.fail("a journal record thread panicked; remount the store".into());
+            let abandoned = {
+                let mut flight = self.1.flight.lock();
+                flight.broken = true;
+                std::mem::take(&mut flight.written)
+            };
+            for (f, _) in abandoned.into_values() {
+                for p in f.group {
+                    let _ = p.done.send(inner.check_failed());
+                }
+            }
+            let _flight = self.1.flight.lock();
+            self.1.finished.notify_all();
+        }
+    }
+}
+
 /// A record thread: write the next record laid out, then answer every
 /// record written that is next in order, unless another thread already is.
 fn record_loop(inner: &Inner, shared: &Shared) {
+    let _dies = RecordThreadDies(inner, shared);
     loop {
         let (f, record) = {
             let mut flight = shared.flight.lock();
@@ -188,6 +230,13 @@ fn record_loop(inner: &Inner, shared: &Shared) {
             None => record.write(inner.device.as_ref()),
         };
         let mut flight = shared.flight.lock();
+        if flight.broken {
+            drop(flight);
+            for p in f.group {
+                let _ = p.done.send(inner.check_failed());
+            }
+            continue;
+        }
         flight.written.insert(f.seq, (f, written));
         if flight.answering {
             // The thread answering will come to it.

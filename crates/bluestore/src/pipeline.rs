@@ -193,6 +193,9 @@ pub(crate) struct Prepared {
 pub(crate) struct Queue<T> {
     pub(crate) items: VecDeque<T>,
     pub(crate) shutdown: bool,
+    /// Why nothing queued will be served any more (a pipeline thread
+    /// died): new items are answered with this at once.
+    pub(crate) dead: Option<String>,
 }
 
 impl<T> Default for Queue<T> {
@@ -200,6 +203,7 @@ impl<T> Default for Queue<T> {
         Self {
             items: VecDeque::new(),
             shutdown: false,
+            dead: None,
         }
     }
 }
@@ -238,7 +242,13 @@ impl Pipeline {
         if p.deferred.is_some() {
             self.releases.lock().unapplied.insert(p.seq);
         }
-        self.commits.lock().items.push_back(p);
+        let mut q = self.commits.lock();
+        if let Some(why) = &q.dead {
+            let _ = p.done.send(Err(StoreError::Failed(why.clone())));
+            return;
+        }
+        q.items.push_back(p);
+        drop(q);
         self.commit_ready.notify_one();
     }
 
@@ -355,8 +365,45 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
     try_release(inner);
 }
 
+/// A pipeline thread panicked: fail the store, answer every queued commit
+/// with the failure and let nothing more queue, so that commits return
+/// `Failed` and unmount completes rather than wait for the dead thread.
+/// The journal and the key-value store hold everything acknowledged; a
+/// remount recovers it.
+pub(crate) fn thread_died(inner: &Inner, thread: &str) {
+    inner.fail(format!("the {thread} thread panicked; remount the store"));
+    let why = inner
+        .failed
+        .get()
+        .cloned()
+        .unwrap_or_else(|| format!("the {thread} thread panicked"));
+    let abandoned: Vec<Prepared> = {
+        let mut q = inner.pipeline.commits.lock();
+        q.dead = Some(why.clone());
+        q.items.drain(..).collect()
+    };
+    for p in abandoned {
+        let _ = p.done.send(Err(StoreError::Failed(why.clone())));
+    }
+    inner.pipeline.commit_ready.notify_all();
+}
+
+/// Marks the deferred thread stopped as it ends, however it ends: the
+/// commit thread waits for that before it stops (see `commit::next_group`).
+struct DeferredStopped<'a>(&'a Inner);
+
+impl Drop for DeferredStopped<'_> {
+    fn drop(&mut self) {
+        let pipeline = &self.0.pipeline;
+        pipeline.deferred_stopped.store(true, Ordering::Release);
+        let _commits = pipeline.commits.lock();
+        pipeline.commit_ready.notify_all();
+    }
+}
+
 /// The deferred thread.
 pub(crate) fn deferred_loop(inner: Arc<Inner>) {
+    let _stopped = DeferredStopped(&inner);
     loop {
         let round: Vec<DeferredRecord> = {
             let mut q = inner.pipeline.deferred.lock();
@@ -364,13 +411,6 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
                 inner.pipeline.deferred_ready.wait(&mut q);
             }
             if q.items.is_empty() {
-                drop(q);
-                inner
-                    .pipeline
-                    .deferred_stopped
-                    .store(true, Ordering::Release);
-                let _commits = inner.pipeline.commits.lock();
-                inner.pipeline.commit_ready.notify_all();
                 return;
             }
             // Gather a batch: every round costs a device flush, so apply

@@ -97,7 +97,10 @@ impl BlueStore {
             let thread_inner = inner.clone();
             let spawned = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || body(thread_inner));
+                .spawn(move || {
+                    let _guard = DiesLoudly(&thread_inner, name);
+                    body(thread_inner.clone())
+                });
             match spawned {
                 Ok(handle) => threads.push(handle),
                 Err(e) => {
@@ -174,6 +177,18 @@ impl BlueStore {
     fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (start, end) = keys::range_of(prefix);
         scan_all(self.inner.kv.as_ref(), &start, &end).map_err(kv_error)
+    }
+}
+
+/// Fails the store if the pipeline thread it lives on panics (see
+/// `pipeline::thread_died`).
+struct DiesLoudly<'a>(&'a Arc<Inner>, &'static str);
+
+impl Drop for DiesLoudly<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            crate::pipeline::thread_died(self.0, self.1);
+        }
     }
 }
 

@@ -1,0 +1,234 @@
+//! A pipeline thread that panics (a bug, or a device backend that panics)
+//! fails the store instead of hanging it: commits in flight and later ones
+//! return an error, unmount completes, and a remount finds every
+//! acknowledged write.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_bluestore::{mkfs, BlueStore, MkfsOptions, MountOptions};
+use cairn_device::{AlignedBuf, BlockDevice, BoxFuture, DeviceError, MemDevice};
+use cairn_kv::{Kv, MemKv};
+use cairn_store::{ObjectId, ObjectStore, StoreError};
+use common::*;
+
+/// A [`MemDevice`] that panics when a thread whose name starts with
+/// `target` writes to it while armed.
+struct PanickyDevice {
+    device: MemDevice,
+    armed: AtomicBool,
+    target: &'static str,
+}
+
+impl PanickyDevice {
+    fn check(&self) {
+        let here = std::thread::current();
+        let name = here.name().unwrap_or("");
+        if self.armed.load(Ordering::Acquire) && name.starts_with(self.target) {
+            self.armed.store(false, Ordering::Release);
+            panic!("injected: {name} panics in a device write");
+        }
+    }
+}
+
+impl BlockDevice for PanickyDevice {
+    fn size(&self) -> u64 {
+        self.device.size()
+    }
+    fn read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {
+        self.device.read(offset, len)
+    }
+    fn write(&self, offset: u64, buf: AlignedBuf) -> BoxFuture<Result<(), DeviceError>> {
+        self.check();
+        self.device.write(offset, buf)
+    }
+    fn write_many(&self, writes: Vec<(u64, AlignedBuf)>) -> BoxFuture<Result<(), DeviceError>> {
+        self.check();
+        self.device.write_many(writes)
+    }
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        self.check();
+        if self.armed.load(Ordering::Acquire)
+            && std::thread::current().name() == Some("cairn-bs-commit")
+        {
+            // A slow lone commit, so that the next ones queue up behind it
+            // and go to a record thread as a group.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.device.write_durable(offset, buf)
+    }
+    fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
+        self.device.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>> {
+        self.device.discard(offset, len)
+    }
+}
+
+struct Setup {
+    device: Arc<PanickyDevice>,
+    kv: Arc<MemKv>,
+}
+
+impl Setup {
+    fn new(target: &'static str) -> Self {
+        let s = Self {
+            device: Arc::new(PanickyDevice {
+                device: MemDevice::new(64 * MIB),
+                armed: AtomicBool::new(false),
+                target,
+            }),
+            kv: Arc::new(MemKv::new()),
+        };
+        mkfs(s.device.as_ref(), s.kv.as_ref(), &MkfsOptions::default()).expect("mkfs");
+        s
+    }
+
+    fn open(&self) -> Arc<BlueStore> {
+        let device: Arc<dyn BlockDevice> = self.device.clone();
+        let kv: Arc<dyn Kv> = self.kv.clone();
+        BlueStore::mount(device, kv, MountOptions::default()).expect("mount")
+    }
+}
+
+/// Ends the test process with a failure if the test is still running
+/// after `secs` (a hung store would otherwise hang the test run: a failed
+/// assertion drops the store on the test's thread).
+struct Watchdog {
+    /// Dropped with the watchdog, which ends its wait.
+    _done: std::sync::mpsc::Sender<()>,
+}
+
+impl Watchdog {
+    fn new(secs: u64) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_secs(secs))
+            {
+                eprintln!("test hung for {secs} s: the store did not fail or unmount");
+                std::process::exit(101);
+            }
+        });
+        Self { _done: tx }
+    }
+}
+
+/// Drop the store on another thread; fail if unmount does not complete.
+fn unmount_within(store: Arc<BlueStore>, secs: u64) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(store);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .expect("unmount hung after a pipeline thread panicked");
+}
+
+/// A commit that must fail, quickly, with the store failed.
+async fn assert_fails(store: &BlueStore, o: &ObjectId) {
+    let t = tx(|t| t.write(o, 0, bytes(pattern(99, 4096))));
+    let result = match store.submit(t) {
+        Ok(c) => tokio::time::timeout(Duration::from_secs(10), c)
+            .await
+            .expect("a commit hung after a pipeline thread panicked"),
+        Err(e) => Err(e),
+    };
+    assert!(
+        matches!(result, Err(StoreError::Failed(_))),
+        "commit after the panic: {result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_thread_panic_fails_the_store_and_loses_nothing() {
+    let _watchdog = Watchdog::new(60);
+    let s = Setup::new("cairn-bs-deferred");
+    let store = s.open();
+    let a = oid(C1, "a");
+    let mut model = pattern(1, 256 * KIB as usize);
+    commit(&*store, tx(|t| t.write(&a, 0, bytes(model.clone())))).await;
+    // Applied by the deferred thread, which then panics: each overwrite is
+    // acknowledged (its journal record is durable) before that.
+    s.device.armed.store(true, Ordering::Release);
+    for i in 0..8u64 {
+        let at = i as usize * 8192;
+        let block = pattern(10 + i, 4096);
+        model[at..at + 4096].copy_from_slice(&block);
+        commit(
+            &*store,
+            tx(|t| t.write(&a, at as u64, bytes(block.clone()))),
+        )
+        .await;
+    }
+    wait_for("the store to fail", || {
+        !s.device.armed.load(Ordering::Acquire) && store.submit(tx(|t| t.touch(&a))).is_err()
+    })
+    .await;
+    assert_fails(&store, &a).await;
+    unmount_within(store, 20);
+    let store = s.open();
+    assert_bytes(&read_all(&*store, &a).await, &model, "after remount");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_thread_panic_fails_the_store_and_loses_nothing() {
+    let _watchdog = Watchdog::new(60);
+    let s = Setup::new("cairn-bs-record");
+    let store = s.open();
+    let objects: Vec<_> = (0..16).map(|i| oid(C1, &format!("o{i}"))).collect();
+    let mut acked = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        let data = pattern(i as u64, 16 * KIB as usize);
+        commit(&*store, tx(|t| t.write(o, 0, bytes(data.clone())))).await;
+        acked.push((o.clone(), data));
+    }
+    // Many commits at once: groups larger than one go through the record
+    // threads, one of which panics.
+    s.device.armed.store(true, Ordering::Release);
+    let mut pending = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        let data = pattern(100 + i as u64, 16 * KIB as usize);
+        let c = store
+            .submit(tx(|t| t.write(o, 0, bytes(data.clone()))))
+            .expect("submit");
+        pending.push((o.clone(), data, c));
+    }
+    let mut failed = 0;
+    let mut later = Vec::new();
+    for (o, data, c) in pending {
+        let result = tokio::time::timeout(Duration::from_secs(10), c)
+            .await
+            .expect("a commit hung after a record thread panicked");
+        match result {
+            Ok(()) => later.push((o, data)),
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(
+        !s.device.armed.load(Ordering::Acquire),
+        "no record thread wrote"
+    );
+    assert!(failed > 0, "the panicking record's commits must fail");
+    assert_fails(&store, &objects[0]).await;
+    unmount_within(store, 20);
+    let store = s.open();
+    // Acknowledged rewrites are there; the others are old or new, whole.
+    let rewritten: std::collections::HashMap<_, _> = later.into_iter().collect();
+    for (i, (o, old)) in acked.iter().enumerate() {
+        let got = read_all(&*store, o).await;
+        match rewritten.get(o) {
+            Some(new) => assert_bytes(&got, new, "acknowledged rewrite"),
+            None => {
+                let new = pattern(100 + i as u64, 16 * KIB as usize);
+                assert!(
+                    got == *old || got == new,
+                    "object {i} is neither old nor new"
+                );
+            }
+        }
+    }
+}
