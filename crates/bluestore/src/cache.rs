@@ -127,29 +127,34 @@ impl BufferCache {
         if s.pinned.get(&block).is_some_and(|p| p.pin == pin) {
             if let Some(p) = s.pinned.remove(&block) {
                 if keep {
-                    Self::put_clean(&mut s, block, p.data);
+                    Self::put_clean(&mut s, block, p.data, false);
                 }
             }
         }
     }
 
-    /// A clean copy read from the device.
-    pub fn insert_clean(&self, phys: u64, data: Bytes) {
+    /// A clean copy read from the device. `own` says `data` is a buffer of
+    /// its own, not a slice of a larger one (see `put_clean`).
+    pub fn insert_clean(&self, phys: u64, data: Bytes, own: bool) {
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
         if !s.pinned.contains_key(&block) {
-            Self::put_clean(&mut s, block, data);
+            Self::put_clean(&mut s, block, data, own);
         }
     }
 
-    fn put_clean(s: &mut BufferShard, block: u64, data: Bytes) {
+    fn put_clean(s: &mut BufferShard, block: u64, data: Bytes, own: bool) {
         if s.capacity == 0 {
             return;
         }
-        // A block of a larger write is a slice of that write's buffer: keep
+        // A block of a larger write or read is a slice of that buffer: keep
         // a copy of its own, or the whole buffer would stay in memory
         // unaccounted for as long as this block is cached.
-        let data = Bytes::copy_from_slice(&data);
+        let data = if own {
+            data
+        } else {
+            Bytes::copy_from_slice(&data)
+        };
         s.clean.put(block, data);
         while s.clean.len() > s.capacity {
             s.clean.pop_lru();
@@ -329,7 +334,7 @@ mod tests {
         c.unpin(0, p2, true);
         assert_eq!(c.usage(), (BLOCK, 0));
         // A clean block is evicted by another clean block of its shard.
-        c.insert_clean(SHARDS as u64 * BLOCK, a);
+        c.insert_clean(SHARDS as u64 * BLOCK, a, false);
         assert_eq!(c.get(0), None);
         c.forget(SHARDS as u64 * BLOCK, BLOCK);
         assert_eq!(c.usage(), (0, 0));

@@ -219,7 +219,8 @@ impl Sources<'_> {
                 let block = whole.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
                 check(start + k, &block)?;
                 if cache {
-                    self.cache.insert_clean(wanted[start + k], block.clone());
+                    self.cache
+                        .insert_clean(wanted[start + k], block.clone(), n == 1);
                 }
                 out[start + k] = Some(block);
             }
