@@ -242,8 +242,12 @@ impl Builder<'_> {
         let ss = self.inner.shard_size();
         let base = u64::from(index) * ss;
         let buf = if (a, b) == (lo, hi) {
-            // Whole blocks: the caller's buffer as it is.
-            data.clone()
+            // Whole blocks: a copy of the caller's bytes (not zero-filled
+            // first), never a slice of the caller's buffer, which may be
+            // far larger than this piece and would stay in memory, unseen
+            // by the cache's and the backlog's accounting, until the
+            // deferred write is applied.
+            Bytes::copy_from_slice(data)
         } else {
             let mut buf = self.read_current(oid, base + a, b - a)?;
             buf[(lo - a) as usize..(hi - a) as usize].copy_from_slice(data);
