@@ -24,7 +24,6 @@
 //! write or sync fails the store; the commits involved and all later ones
 //! return `Failed`. Nothing is acknowledged that is not durable.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,11 +31,11 @@ use std::time::Instant;
 use cairn_device::block_on;
 use cairn_kv::Batch;
 
-use crate::journal::{Journal, Record, WRITERS};
+use crate::journal::{Journal, WRITERS};
 use crate::keys;
 use crate::pipeline::{finish_group, Prepared};
+use crate::record::{record_loop, Flight, InFlight, Shared, StopRecords};
 use crate::state::Inner;
-use parking_lot::{Condvar, Mutex};
 
 /// Most transactions committed as one group.
 const MAX_GROUP: usize = 512;
@@ -44,48 +43,6 @@ const MAX_GROUP: usize = 512;
 const SYNC_AT: f64 = 0.5;
 /// Bytes the journal tail's position adds to a record, at most.
 const TAIL_PUT_BYTES: usize = 64;
-
-/// A group whose journal record is laid out, to be written and answered.
-struct InFlight {
-    group: Vec<Prepared>,
-    /// The group's key-value changes, written once the record is durable.
-    batch: Batch,
-    seq: u64,
-    /// The journal tail the batch records.
-    tail: u64,
-    start: Instant,
-    payload_len: usize,
-}
-
-/// Records between the commit thread and the record threads.
-struct Flight {
-    /// Laid out, not yet taken by a record thread; oldest first.
-    to_write: VecDeque<(InFlight, Record)>,
-    /// Written (durably or not), waiting for an earlier record to be
-    /// answered; by sequence number.
-    written: BTreeMap<u64, (InFlight, Result<(), String>)>,
-    /// A record thread is answering records (one at a time, in order).
-    answering: bool,
-    /// A record thread died, maybe while answering: records are no longer
-    /// answered in order but failed as they come.
-    broken: bool,
-    stop: bool,
-    /// Sequence number of the last record answered: its commits completed
-    /// (or failed) and its deferred writes and releases handed on. Only
-    /// this says the commit thread may finish a group itself: groups must
-    /// settle in order, or a later deferred write to a block could be
-    /// queued, and applied, before an earlier one.
-    settled: u64,
-}
-
-/// What the commit thread and the record threads share.
-struct Shared {
-    flight: Mutex<Flight>,
-    /// A record was laid out, or the record threads are to stop.
-    handed: Condvar,
-    /// A record was answered (`settled` moved), or the store failed.
-    finished: Condvar,
-}
 
 /// The commit thread's state.
 struct Committer<'a> {
@@ -103,18 +60,7 @@ struct Committer<'a> {
 /// module docs), so the device sees several commits in flight.
 pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     let begun = inner.journal_written.load(Ordering::Acquire);
-    let shared = Shared {
-        flight: Mutex::new(Flight {
-            to_write: VecDeque::new(),
-            written: BTreeMap::new(),
-            answering: false,
-            broken: false,
-            stop: false,
-            settled: begun,
-        }),
-        handed: Condvar::new(),
-        finished: Condvar::new(),
-    };
+    let shared = Shared::new(begun);
     std::thread::scope(|scope| {
         for i in 0..WRITERS {
             let spawned = std::thread::Builder::new()
@@ -170,134 +116,6 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         }
     }
     inner.pipeline.shutdown_sync();
-}
-
-/// Tells the record threads to stop once nothing is left to write.
-struct StopRecords<'a>(&'a Shared);
-
-impl Drop for StopRecords<'_> {
-    fn drop(&mut self) {
-        self.0.flight.lock().stop = true;
-        self.0.handed.notify_all();
-    }
-}
-
-/// Fails the store if a record thread panics, and wakes the commit thread,
-/// which may be waiting for a record that thread was to answer.
-struct RecordThreadDies<'a>(&'a Inner, &'a Shared);
-
-impl Drop for RecordThreadDies<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let inner = self.0;
-            inner.fail("a journal record thread panicked; remount the store".into());
-            let abandoned = {
-                let mut flight = self.1.flight.lock();
-                flight.broken = true;
-                std::mem::take(&mut flight.written)
-            };
-            for (f, _) in abandoned.into_values() {
-                for p in f.group {
-                    let _ = p.done.send(inner.check_failed());
-                }
-            }
-            let _flight = self.1.flight.lock();
-            self.1.finished.notify_all();
-        }
-    }
-}
-
-/// A record thread: write the next record laid out, then answer every
-/// record written that is next in order, unless another thread already is.
-fn record_loop(inner: &Inner, shared: &Shared) {
-    let _dies = RecordThreadDies(inner, shared);
-    loop {
-        let (f, record) = {
-            let mut flight = shared.flight.lock();
-            loop {
-                if let Some(job) = flight.to_write.pop_front() {
-                    break job;
-                }
-                if flight.stop {
-                    return;
-                }
-                shared.handed.wait(&mut flight);
-            }
-        };
-        // Nothing more is written once the store has failed.
-        let written = match inner.failed.get() {
-            Some(why) => Err(why.clone()),
-            None => record.write(inner.device.as_ref()),
-        };
-        let mut flight = shared.flight.lock();
-        if flight.broken {
-            drop(flight);
-            for p in f.group {
-                let _ = p.done.send(inner.check_failed());
-            }
-            continue;
-        }
-        flight.written.insert(f.seq, (f, written));
-        if flight.answering {
-            // The thread answering will come to it.
-            continue;
-        }
-        flight.answering = true;
-        loop {
-            let next = flight.settled + 1;
-            let Some((f, written)) = flight.written.remove(&next) else {
-                break;
-            };
-            drop(flight);
-            answer(inner, f, written);
-            flight = shared.flight.lock();
-            flight.settled = next;
-            shared.finished.notify_all();
-        }
-        flight.answering = false;
-    }
-}
-
-/// Answer a written record: write its batch to the key-value store
-/// (unsynced) and complete its commits, or fail them, and the store, if
-/// the record, the write or an earlier one failed.
-fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
-    // The record first: a batch must never reach the key-value store
-    // (where a sync or a memtable flush may make it durable) before its
-    // record, since the deferred writes it describes are only there.
-    // Records are answered in order, and the commit thread writes the
-    // key-value store only with none unanswered, so batches land in commit
-    // order. After a failure nothing more goes to the key-value store: a
-    // batch must never land there without every earlier one.
-    let written = written.and_then(|()| match inner.failed.get() {
-        Some(why) => Err(why.clone()),
-        None => inner
-            .kv
-            .write(f.batch, false)
-            .map_err(|e| format!("metadata write failed: {e}")),
-    });
-    match written {
-        Ok(()) if inner.failed.get().is_none() => {
-            let perf = &inner.perf;
-            let us = f.start.elapsed().as_micros() as u64;
-            perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
-            perf.journal_records.fetch_add(1, Ordering::Relaxed);
-            perf.journal_bytes
-                .fetch_add(f.payload_len as u64, Ordering::Relaxed);
-            perf.kv_commit(us);
-            inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
-            inner.journal_written.store(f.seq, Ordering::Release);
-            finish_group(inner, f.group);
-        }
-        result => {
-            if let Err(why) = result {
-                inner.fail(why);
-            }
-            for p in f.group {
-                let _ = p.done.send(inner.check_failed());
-            }
-        }
-    }
 }
 
 enum Next {

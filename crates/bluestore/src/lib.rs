@@ -45,6 +45,7 @@ mod perf;
 mod pipeline;
 mod rangeset;
 mod read;
+mod record;
 mod state;
 pub mod store;
 mod write;

@@ -1,0 +1,209 @@
+//! The record threads: each writes a journal record the commit thread laid
+//! out, durably, then *answers* records in sequence order: writes the
+//! record's batch to the key-value store (unsynced; see `journal`) and
+//! completes its group's commits. A thread whose record is durable before
+//! an earlier one leaves it to the thread answering that one. A batch
+//! never reaches the key-value store before its record is durable, nor
+//! before an earlier record's batch.
+//!
+//! Must never: answer a record out of order, or write anything after the
+//! store has failed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cairn_kv::Batch;
+use parking_lot::{Condvar, Mutex};
+
+use crate::journal::Record;
+use crate::pipeline::{finish_group, Prepared};
+use crate::state::Inner;
+
+/// A group whose journal record is laid out, to be written and answered.
+pub(crate) struct InFlight {
+    pub group: Vec<Prepared>,
+    /// The group's key-value changes, written once the record is durable.
+    pub batch: Batch,
+    pub seq: u64,
+    /// The journal tail the batch records.
+    pub tail: u64,
+    pub start: Instant,
+    pub payload_len: usize,
+}
+
+/// Records between the commit thread and the record threads.
+pub(crate) struct Flight {
+    /// Laid out, not yet taken by a record thread; oldest first.
+    pub to_write: VecDeque<(InFlight, Record)>,
+    /// Written (durably or not), waiting for an earlier record to be
+    /// answered; by sequence number.
+    pub written: BTreeMap<u64, (InFlight, Result<(), String>)>,
+    /// A record thread is answering records (one at a time, in order).
+    pub answering: bool,
+    /// A record thread died, maybe while answering: records are no longer
+    /// answered in order but failed as they come.
+    pub broken: bool,
+    pub stop: bool,
+    /// Sequence number of the last record answered: its commits completed
+    /// (or failed) and its deferred writes and releases handed on. Only
+    /// this says the commit thread may finish a group itself: groups must
+    /// settle in order, or a later deferred write to a block could be
+    /// queued, and applied, before an earlier one.
+    pub settled: u64,
+}
+
+/// What the commit thread and the record threads share.
+pub(crate) struct Shared {
+    pub flight: Mutex<Flight>,
+    /// A record was laid out, or the record threads are to stop.
+    pub handed: Condvar,
+    /// A record was answered (`settled` moved), or the store failed.
+    pub finished: Condvar,
+}
+
+impl Shared {
+    /// Nothing in flight; the last record answered is `settled`.
+    pub fn new(settled: u64) -> Self {
+        Self {
+            flight: Mutex::new(Flight {
+                to_write: VecDeque::new(),
+                written: BTreeMap::new(),
+                answering: false,
+                broken: false,
+                stop: false,
+                settled,
+            }),
+            handed: Condvar::new(),
+            finished: Condvar::new(),
+        }
+    }
+}
+
+/// Tells the record threads to stop once nothing is left to write.
+pub(crate) struct StopRecords<'a>(pub &'a Shared);
+
+impl Drop for StopRecords<'_> {
+    fn drop(&mut self) {
+        self.0.flight.lock().stop = true;
+        self.0.handed.notify_all();
+    }
+}
+
+/// Fails the store if a record thread panics, and wakes the commit thread,
+/// which may be waiting for a record that thread was to answer.
+struct RecordThreadDies<'a>(&'a Inner, &'a Shared);
+
+impl Drop for RecordThreadDies<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let inner = self.0;
+            inner.fail("a journal record thread panicked; remount the store".into());
+            let abandoned = {
+                let mut flight = self.1.flight.lock();
+                flight.broken = true;
+                std::mem::take(&mut flight.written)
+            };
+            for (f, _) in abandoned.into_values() {
+                for p in f.group {
+                    let _ = p.done.send(inner.check_failed());
+                }
+            }
+            let _flight = self.1.flight.lock();
+            self.1.finished.notify_all();
+        }
+    }
+}
+
+/// A record thread: write the next record laid out, then answer every
+/// record written that is next in order, unless another thread already is.
+pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
+    let _dies = RecordThreadDies(inner, shared);
+    loop {
+        let (f, record) = {
+            let mut flight = shared.flight.lock();
+            loop {
+                if let Some(job) = flight.to_write.pop_front() {
+                    break job;
+                }
+                if flight.stop {
+                    return;
+                }
+                shared.handed.wait(&mut flight);
+            }
+        };
+        // Nothing more is written once the store has failed.
+        let written = match inner.failed.get() {
+            Some(why) => Err(why.clone()),
+            None => record.write(inner.device.as_ref()),
+        };
+        let mut flight = shared.flight.lock();
+        if flight.broken {
+            drop(flight);
+            for p in f.group {
+                let _ = p.done.send(inner.check_failed());
+            }
+            continue;
+        }
+        flight.written.insert(f.seq, (f, written));
+        if flight.answering {
+            // The thread answering will come to it.
+            continue;
+        }
+        flight.answering = true;
+        loop {
+            let next = flight.settled + 1;
+            let Some((f, written)) = flight.written.remove(&next) else {
+                break;
+            };
+            drop(flight);
+            answer(inner, f, written);
+            flight = shared.flight.lock();
+            flight.settled = next;
+            shared.finished.notify_all();
+        }
+        flight.answering = false;
+    }
+}
+
+/// Answer a written record: write its batch to the key-value store
+/// (unsynced) and complete its commits, or fail them, and the store, if
+/// the record, the write or an earlier one failed.
+fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
+    // The record first: a batch must never reach the key-value store
+    // (where a sync or a memtable flush may make it durable) before its
+    // record, since the deferred writes it describes are only there.
+    // Records are answered in order, and the commit thread writes the
+    // key-value store only with none unanswered, so batches land in commit
+    // order. After a failure nothing more goes to the key-value store: a
+    // batch must never land there without every earlier one.
+    let written = written.and_then(|()| match inner.failed.get() {
+        Some(why) => Err(why.clone()),
+        None => inner
+            .kv
+            .write(f.batch, false)
+            .map_err(|e| format!("metadata write failed: {e}")),
+    });
+    match written {
+        Ok(()) if inner.failed.get().is_none() => {
+            let perf = &inner.perf;
+            let us = f.start.elapsed().as_micros() as u64;
+            perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
+            perf.journal_records.fetch_add(1, Ordering::Relaxed);
+            perf.journal_bytes
+                .fetch_add(f.payload_len as u64, Ordering::Relaxed);
+            perf.kv_commit(us);
+            inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
+            inner.journal_written.store(f.seq, Ordering::Release);
+            finish_group(inner, f.group);
+        }
+        result => {
+            if let Err(why) = result {
+                inner.fail(why);
+            }
+            for p in f.group {
+                let _ = p.done.send(inner.check_failed());
+            }
+        }
+    }
+}
