@@ -39,8 +39,8 @@
 //! | 28..32| zero                                                   |
 //! | 32..  | payload: the encoded batch                             |
 //!
-//! The journal lays records out (`place_record`); the commit module's
-//! record threads write them, so the commit thread can go on to the next
+//! The journal lays records out (`place_record`); the record threads
+//! (`record`) write them, so the commit thread can go on to the next
 //! group. A batch goes to the key-value store only once its record is
 //! durable: a sync or a memtable flush could otherwise make durable a batch
 //! whose deferred data (in the record only) never landed.
@@ -51,7 +51,6 @@
 //! expected is old (the ring overwrote around it) and also ends it.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use cairn_device::{block_on, AlignedBuf, BlockDevice};
 
@@ -83,7 +82,7 @@ impl Position {
 }
 
 /// Records written at once, at most: each takes one record thread (see
-/// `commit`).
+/// `record`).
 pub(crate) const WRITERS: usize = 2;
 
 /// A record laid out in the journal, to be written durably by the caller.
@@ -104,8 +103,6 @@ impl Record {
 
 /// The journal as the commit thread writes it.
 pub(crate) struct Journal {
-    #[cfg_attr(not(test), allow(dead_code))]
-    device: Arc<dyn BlockDevice>,
     /// The store's id, in every record.
     id: u64,
     /// The region on the device.
@@ -127,18 +124,12 @@ fn record_len(payload: usize) -> u64 {
 impl Journal {
     /// A journal over `[start, start + len)` continuing at `head`, with no
     /// live records (everything before `head` is durable elsewhere).
-    pub fn new(
-        device: Arc<dyn BlockDevice>,
-        id: u64,
-        (start, len): (u64, u64),
-        head: Position,
-    ) -> Self {
+    pub fn new(id: u64, (start, len): (u64, u64), head: Position) -> Self {
         assert!(
             head.offset < len && head.offset % BLOCK == 0,
             "bad journal head"
         );
         Self {
-            device,
             id,
             start,
             len,
@@ -176,12 +167,12 @@ impl Journal {
         self.head.seq
     }
 
-    /// Write one record, durably (the caller's earlier writes are not
-    /// made durable by it), and return the position after it.
+    /// Write one record to `device`, durably (the caller's earlier writes
+    /// are not made durable by it), and return the position after it.
     #[cfg(test)]
-    pub fn append(&mut self, payload: &[u8]) -> Result<Position, String> {
+    pub fn append(&mut self, device: &dyn BlockDevice, payload: &[u8]) -> Result<Position, String> {
         let (after, record) = self.place_record(payload);
-        record.write(self.device.as_ref())?;
+        record.write(device)?;
         Ok(after)
     }
 
@@ -312,17 +303,13 @@ fn read_record(
 mod tests {
     use super::*;
     use cairn_device::MemDevice;
+    use std::sync::Arc;
 
     const LEN: u64 = 64 * BLOCK;
 
     fn journal() -> (Arc<MemDevice>, Journal) {
         let dev = Arc::new(MemDevice::new(LEN + 8 * BLOCK));
-        let j = Journal::new(
-            dev.clone(),
-            7,
-            (4 * BLOCK, LEN),
-            Position { offset: 0, seq: 1 },
-        );
+        let j = Journal::new(7, (4 * BLOCK, LEN), Position { offset: 0, seq: 1 });
         (dev, j)
     }
 
@@ -341,7 +328,7 @@ mod tests {
                 };
                 expected.clear();
             }
-            j.append(&payload).unwrap();
+            j.append(dev.as_ref(), &payload).unwrap();
             expected.push(payload);
         }
         let (got, end) = scan(dev.as_ref(), 7, (4 * BLOCK, LEN), from).unwrap();
@@ -354,7 +341,7 @@ mod tests {
     fn a_torn_or_stale_record_ends_the_journal() {
         let (dev, mut j) = journal();
         for i in 0..3u8 {
-            j.append(&[i; 100]).unwrap();
+            j.append(dev.as_ref(), &[i; 100]).unwrap();
         }
         // Tear the third record: its crc fails.
         let third = 4 * BLOCK + 2 * BLOCK;
@@ -400,7 +387,7 @@ mod tests {
         let (dev, mut j) = journal();
         let from = Position { offset: 0, seq: 1 };
         for i in 1..=3u8 {
-            j.append(&[i; 100]).unwrap();
+            j.append(dev.as_ref(), &[i; 100]).unwrap();
         }
         // Record 2 never landed (zeroed); record 3 did.
         dev.write_sync(4 * BLOCK + BLOCK, &vec![0u8; BLOCK as usize])
@@ -420,9 +407,9 @@ mod tests {
                 seq: end.seq + skip,
                 ..end
             };
-            let mut again = Journal::new(dev.clone(), 7, (4 * BLOCK, LEN), head);
+            let mut again = Journal::new(7, (4 * BLOCK, LEN), head);
             // A new record the same size as the lost one.
-            again.append(&[9; 100]).unwrap();
+            again.append(dev.as_ref(), &[9; 100]).unwrap();
             let (got, _) = scan(dev.as_ref(), 7, (4 * BLOCK, LEN), head).unwrap();
             let payloads: Vec<u8> = got.iter().map(|(p, _)| p[0]).collect();
             if stale_replayed {

@@ -79,7 +79,6 @@ impl BlueStore {
             jdef_synced: AtomicU64::new(m.journal.seq),
         });
         let journal = Journal::new(
-            inner.device.clone(),
             inner.sb.journal_id(),
             (inner.sb.journal_start, inner.sb.journal_len),
             m.journal,

@@ -318,7 +318,7 @@ async fn read_planned_before_an_in_place_overwrite() {
     assert_eq!(store.perf().checksum_errors, 0);
 }
 
-/// Overwrites of one block committed as a group by the finisher, and one
+/// Overwrites of one block committed as a group by a record thread, and one
 /// more right behind them committed alone, inline on the commit thread: the
 /// deferred writes must reach the device in commit order. Once the lone
 /// commit's group could settle before the earlier group, so a round
