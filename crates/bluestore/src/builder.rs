@@ -362,7 +362,7 @@ impl<'a> Builder<'a> {
             deferred,
             release,
             retires: Vec::new(),
-            done,
+            done: Some(done),
         });
     }
 

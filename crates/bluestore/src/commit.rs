@@ -1,14 +1,14 @@
 //! The commit thread, its record threads and the key-value sync thread.
 //!
 //! The commit thread waits until fewer than `journal::WRITERS` records
-//! are unanswered, then takes every queued transaction at once (group
+//! are unacknowledged, then takes every queued transaction at once (group
 //! commit: the longer the device takes, the larger the next group), waits
 //! for their new data, flushes the device if there was any (data must be
 //! durable before metadata that points at it can be) and lays out a journal
 //! record holding all their key-value changes and deferred writes. A
-//! record thread writes it durably and then *answers* it: writes its
-//! changes to the key-value store unsynced (see `journal`) and completes
-//! the commits. Records are answered in order: a thread whose record is
+//! record thread writes it durably and then *answers* it: completes the
+//! commits, then writes its changes to the key-value store unsynced (see
+//! `journal`). Records are answered in order: a thread whose record is
 //! durable before an earlier one leaves it for the thread answering that
 //! one, which then answers both. So one thread hop separates a group from
 //! the device, and none separates the device from the acknowledgement. A
@@ -55,14 +55,14 @@ struct Committer<'a> {
 
 /// The commit thread.
 ///
-/// It forms groups and lays out their journal records; `WRITERS` record
-/// threads beside it write the records and answer them in order (see the
-/// module docs), so the device sees several commits in flight.
+/// It forms groups and lays out their journal records; `WRITERS` + 1
+/// record threads beside it write the records and answer them in order
+/// (see `record`), so the device sees several commits in flight.
 pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
     let begun = inner.journal_written.load(Ordering::Acquire);
     let shared = Shared::new(begun);
     std::thread::scope(|scope| {
-        for i in 0..WRITERS {
+        for i in 0..WRITERS + 1 {
             let spawned = std::thread::Builder::new()
                 .name(format!("cairn-bs-record{i}"))
                 .spawn_scoped(scope, || record_loop(&inner, &shared));
@@ -84,15 +84,15 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         loop {
             // A group formed only once a record can start takes in
             // everything that queued meanwhile: fewer, larger records.
-            let _ = c.wait_unanswered(WRITERS as u64 - 1);
+            let _ = c.wait_unacked(WRITERS as u64 - 1);
             let max_bytes = c.journal.max_payload() - TAIL_PUT_BYTES;
             match next_group(&c.inner, max_bytes, drained) {
                 Next::Group(mut group) => {
                     drained = false;
                     if let Err(why) = c.start_group(&mut group) {
                         c.inner.fail(why);
-                        for p in group {
-                            let _ = p.done.send(c.inner.check_failed());
+                        for mut p in group {
+                            p.answer(c.inner.check_failed());
                         }
                     }
                 }
@@ -178,9 +178,10 @@ impl Committer<'_> {
         }
     }
 
-    /// Wait until at most `left` begun records are unanswered.
-    fn wait_unanswered(&self, left: u64) -> Result<(), String> {
-        self.wait_until(|flight| self.begun - flight.settled <= left)
+    /// Wait until at most `left` begun records are unacknowledged (maybe
+    /// not durable yet).
+    fn wait_unacked(&self, left: u64) -> Result<(), String> {
+        self.wait_until(|flight| self.begun - flight.acked <= left)
     }
 
     /// A single transaction, with nothing in flight or being settled and
@@ -210,6 +211,12 @@ impl Committer<'_> {
         self.begun = seq;
         let (after, record) = self.journal.place_record(payload);
         record.write(inner.device.as_ref())?;
+        // Durable: acknowledged before the key-value write, as the record
+        // threads do (see `record::take_acks`).
+        for p in group.iter_mut() {
+            inner.acked.fetch_max(p.seq, Ordering::AcqRel);
+            p.answer(Ok(()));
+        }
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         inner
             .kv
@@ -225,7 +232,11 @@ impl Committer<'_> {
         inner.jdef_written.fetch_max(tail, Ordering::AcqRel);
         inner.journal_written.store(seq, Ordering::Release);
         finish_group(&inner, std::mem::take(group));
-        self.shared.flight.lock().settled = seq;
+        {
+            let mut flight = self.shared.flight.lock();
+            flight.settled = seq;
+            flight.acked = seq;
+        }
         self.request_sync(fill);
         Ok(())
     }
@@ -297,8 +308,8 @@ impl Committer<'_> {
         if self.lone(group) {
             return self.commit_inline(group, batch, &payload, tail.seq, start);
         }
-        // No more than `WRITERS` records unanswered (see `journal`).
-        self.wait_unanswered(WRITERS as u64 - 1)?;
+        // No more than `WRITERS` records unacknowledged (see `journal`).
+        self.wait_unacked(WRITERS as u64 - 1)?;
         let fill = self.journal.room(payload.len()).1;
         let seq = self.journal.next_seq();
         let (after, record) = self.journal.place_record(&payload);

@@ -49,6 +49,7 @@ impl BlueStore {
     /// `repair` returns leaked space to the free list.
     pub fn fsck(&self, deep: bool, repair: bool) -> Result<FsckReport, StoreError> {
         let inner = self.inner();
+        inner.wait_kv_current()?;
         let kv = inner.kv.as_ref();
         let sb = &inner.sb;
         let au = sb.min_alloc_size;

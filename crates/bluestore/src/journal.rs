@@ -81,8 +81,8 @@ impl Position {
     }
 }
 
-/// Records written at once, at most: each takes one record thread (see
-/// `record`).
+/// Records unacknowledged (maybe not durable) at once, at most: each takes
+/// one record thread (see `record`).
 pub(crate) const WRITERS: usize = 2;
 
 /// A record laid out in the journal, to be written durably by the caller.
@@ -178,7 +178,7 @@ impl Journal {
 
     /// Lay out the next record, to be written by the caller, and return
     /// the position after it. Up to `WRITERS` records may be written at
-    /// once; the caller must keep no more than that unanswered (see
+    /// once; the caller must keep no more than that unacknowledged (see
     /// `mount::replay_journal`).
     pub fn place_record(&mut self, payload: &[u8]) -> (Position, Record) {
         let (offset, bytes) = self.place(payload);

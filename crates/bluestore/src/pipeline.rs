@@ -163,6 +163,13 @@ pub(crate) struct Release {
 }
 
 impl Prepared {
+    /// Answer the commit, unless it already was.
+    pub fn answer(&mut self, result: Result<(), StoreError>) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(result);
+        }
+    }
+
     /// Bytes it adds to a journal record, at most.
     pub fn record_bytes(&self) -> usize {
         self.batch.encoded_len()
@@ -187,7 +194,9 @@ pub(crate) struct Prepared {
     /// Transactions whose deferred writes are on the device: once this
     /// commit is durable, so is the journal tail past them.
     pub retires: Vec<u64>,
-    pub done: oneshot::Sender<Result<(), StoreError>>,
+    /// Answered once: when its record is durable and every earlier one
+    /// answered (see `record`), or when it fails.
+    pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 pub(crate) struct Queue<T> {
@@ -244,7 +253,8 @@ impl Pipeline {
         }
         let mut q = self.commits.lock();
         if let Some(why) = &q.dead {
-            let _ = p.done.send(Err(StoreError::Failed(why.clone())));
+            let mut p = p;
+            p.answer(Err(StoreError::Failed(why.clone())));
             return;
         }
         q.items.push_back(p);
@@ -332,17 +342,19 @@ pub(crate) fn finish_group(inner: &Inner, group: Vec<Prepared>) {
         before < first,
         "commit groups finished out of order: transaction {first} after {before}"
     );
+    inner.acked.fetch_max(last, Ordering::AcqRel);
+    inner.committed_moved.notify_all();
     let mut deferred = Vec::new();
     let mut releases = Vec::new();
     let mut retired = Vec::new();
-    for p in group {
+    for mut p in group {
+        p.answer(Ok(()));
         for (phys, pin, keep) in p.data_pins {
             inner.cache.unpin(phys, pin, keep);
         }
         deferred.extend(p.deferred);
         releases.extend(p.release);
         retired.extend(p.retires);
-        let _ = p.done.send(Ok(()));
     }
     if !deferred.is_empty() {
         let mut q = inner.pipeline.deferred.lock();
@@ -382,8 +394,8 @@ pub(crate) fn thread_died(inner: &Inner, thread: &str) {
         q.dead = Some(why.clone());
         q.items.drain(..).collect()
     };
-    for p in abandoned {
-        let _ = p.done.send(Err(StoreError::Failed(why.clone())));
+    for mut p in abandoned {
+        p.answer(Err(StoreError::Failed(why.clone())));
     }
     inner.pipeline.commit_ready.notify_all();
 }
@@ -534,7 +546,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
         deferred: None,
         release: None,
         retires: round.iter().map(|r| r.seq).collect(),
-        done,
+        done: Some(done),
     });
     Ok(())
 }

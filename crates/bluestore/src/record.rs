@@ -1,12 +1,21 @@
 //! The record threads: each writes a journal record the commit thread laid
-//! out, durably, then *answers* records in sequence order: writes the
-//! record's batch to the key-value store (unsynced; see `journal`) and
-//! completes its group's commits. A thread whose record is durable before
+//! out, durably, then *answers* records in sequence order. Answering has
+//! two steps: first every durable record next in order is *acknowledged*
+//! (its commits complete: the journal holds them), then each record's
+//! batch goes to the key-value store (unsynced; see `journal`) and its
+//! group is finished (`finish_group`: counted committed, deferred writes
+//! and released space handed on). A thread whose record is durable before
 //! an earlier one leaves it to the thread answering that one. A batch
 //! never reaches the key-value store before its record is durable, nor
-//! before an earlier record's batch.
+//! before an earlier record's batch. Until its batch is there, a
+//! transaction's objects stay dirty in the cache, and reads of the
+//! key-value store wait for it (`Inner::wait_kv_current`).
 //!
-//! Must never: answer a record out of order, or write anything after the
+//! There is one more thread than records written at once (`WRITERS`), so
+//! that a record can start while another thread writes batches.
+//!
+//! Must never: acknowledge a record before it and every earlier one is
+//! durable, answer a record out of order, or write anything after the
 //! store has failed.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -19,6 +28,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::journal::Record;
 use crate::pipeline::{finish_group, Prepared};
 use crate::state::Inner;
+
+type Sender = tokio::sync::oneshot::Sender<Result<(), cairn_store::StoreError>>;
 
 /// A group whose journal record is laid out, to be written and answered.
 pub(crate) struct InFlight {
@@ -51,6 +62,9 @@ pub(crate) struct Flight {
     /// settle in order, or a later deferred write to a block could be
     /// queued, and applied, before an earlier one.
     pub settled: u64,
+    /// Sequence number of the last record whose commits are acknowledged:
+    /// it and every earlier one are durable. At least `settled`.
+    pub acked: u64,
 }
 
 /// What the commit thread and the record threads share.
@@ -73,6 +87,7 @@ impl Shared {
                 broken: false,
                 stop: false,
                 settled,
+                acked: settled,
             }),
             handed: Condvar::new(),
             finished: Condvar::new(),
@@ -105,8 +120,8 @@ impl Drop for RecordThreadDies<'_> {
                 std::mem::take(&mut flight.written)
             };
             for (f, _) in abandoned.into_values() {
-                for p in f.group {
-                    let _ = p.done.send(inner.check_failed());
+                for mut p in f.group {
+                    p.answer(inner.check_failed());
                 }
             }
             let _flight = self.1.flight.lock();
@@ -140,8 +155,8 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
         let mut flight = shared.flight.lock();
         if flight.broken {
             drop(flight);
-            for p in f.group {
-                let _ = p.done.send(inner.check_failed());
+            for mut p in f.group {
+                p.answer(inner.check_failed());
             }
             continue;
         }
@@ -152,6 +167,15 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
         }
         flight.answering = true;
         loop {
+            let acks = take_acks(inner, &mut flight);
+            if !acks.is_empty() {
+                shared.finished.notify_all();
+                drop(flight);
+                for done in acks {
+                    let _ = done.send(Ok(()));
+                }
+                flight = shared.flight.lock();
+            }
             let next = flight.settled + 1;
             let Some((f, written)) = flight.written.remove(&next) else {
                 break;
@@ -164,6 +188,29 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
         }
         flight.answering = false;
     }
+}
+
+/// Take the acknowledgements of every record written durably that is next
+/// in order, and count them acknowledged. They are sent before the
+/// records' batches reach the key-value store: the records hold them, so
+/// they are as durable as they will be, and their objects stay newer in
+/// the cache than in the key-value store (dirty, never evicted) until
+/// `finish_group` counts them committed.
+fn take_acks(inner: &Inner, flight: &mut Flight) -> Vec<Sender> {
+    let mut acks = Vec::new();
+    if inner.failed.get().is_some() {
+        return acks;
+    }
+    let mut next = flight.acked + 1;
+    while let Some((f, Ok(()))) = flight.written.get_mut(&next) {
+        acks.extend(f.group.iter_mut().filter_map(|p| p.done.take()));
+        if let Some(last) = f.group.last() {
+            inner.acked.fetch_max(last.seq, Ordering::AcqRel);
+        }
+        flight.acked = next;
+        next += 1;
+    }
+    acks
 }
 
 /// Answer a written record: write its batch to the key-value store
@@ -201,8 +248,8 @@ fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
             if let Err(why) = result {
                 inner.fail(why);
             }
-            for p in f.group {
-                let _ = p.done.send(inner.check_failed());
+            for mut p in f.group {
+                p.answer(inner.check_failed());
             }
         }
     }

@@ -89,8 +89,16 @@ pub(crate) struct Inner {
     pub reads: ReadTracker,
     /// Set once when a durable write fails: nothing more is accepted.
     pub failed: OnceLock<String>,
-    /// Sequence number of the last committed transaction.
+    /// Sequence number of the last committed transaction: its batch is in
+    /// the key-value store.
     pub committed: AtomicU64,
+    /// Sequence number of the last acknowledged transaction: durable in
+    /// the journal, its batch maybe not in the key-value store yet (see
+    /// `record`). At least `committed`.
+    pub acked: AtomicU64,
+    /// `committed` moved (see [`Inner::wait_kv_current`]).
+    pub committed_moved: parking_lot::Condvar,
+    pub committed_lock: Mutex<()>,
     /// Bytes of deferred writes not yet on the device.
     pub deferred_backlog: AtomicU64,
     /// The last journal record whose batch went to the key-value store...
@@ -116,6 +124,24 @@ impl Inner {
 
     pub fn committed(&self) -> u64 {
         self.committed.load(Ordering::Acquire)
+    }
+
+    /// Wait until every acknowledged transaction's batch is in the
+    /// key-value store, so that what is read from there (omap, PG logs,
+    /// listings) includes every write acknowledged so far. Commits are
+    /// acknowledged once their journal record is durable, a few tens of
+    /// microseconds before their batch is written.
+    pub fn wait_kv_current(&self) -> Result<(), StoreError> {
+        let target = self.acked.load(Ordering::Acquire);
+        let mut guard = self.committed_lock.lock();
+        while self.committed() < target {
+            self.check_failed()?;
+            // Bounded: `finish_group` notifies without the lock, so a
+            // wakeup may be missed.
+            self.committed_moved
+                .wait_for(&mut guard, std::time::Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Fail the store: every later submit gets `Failed`.

@@ -72,6 +72,9 @@ impl BlueStore {
             reads: ReadTracker::default(),
             failed: OnceLock::new(),
             committed: AtomicU64::new(m.next_seq - 1),
+            acked: AtomicU64::new(m.next_seq - 1),
+            committed_moved: parking_lot::Condvar::new(),
+            committed_lock: parking_lot::Mutex::new(()),
             deferred_backlog: AtomicU64::new(0),
             journal_written: AtomicU64::new(m.journal.seq - 1),
             journal_synced: AtomicU64::new(m.journal.seq - 1),
@@ -174,6 +177,7 @@ impl BlueStore {
     }
 
     fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.wait_kv_current()?;
         let (start, end) = keys::range_of(prefix);
         scan_all(self.inner.kv.as_ref(), &start, &end).map_err(kv_error)
     }
@@ -344,6 +348,7 @@ impl ObjectStore for BlueStore {
         keys_wanted: &[String],
     ) -> Result<BTreeMap<String, Vec<u8>>> {
         let nid = self.onode(oid)?.core.nid;
+        self.inner.wait_kv_current()?;
         let mut out = BTreeMap::new();
         for k in keys_wanted {
             if let Some(v) = self.inner.kv.get(&keys::omap(nid, k)).map_err(kv_error)? {
@@ -360,6 +365,7 @@ impl ObjectStore for BlueStore {
         max: usize,
     ) -> Result<Vec<(String, Vec<u8>)>> {
         let nid = self.onode(oid)?.core.nid;
+        self.inner.wait_kv_current()?;
         let prefix = keys::nid_prefix(keys::OMAP, nid);
         let (mut start, end) = keys::range_of(&prefix);
         if let Some(after) = start_after {
@@ -388,6 +394,7 @@ impl ObjectStore for BlueStore {
     }
 
     fn list_collections(&self) -> Result<Vec<Collection>> {
+        self.inner.wait_kv_current()?;
         let candidates: Vec<Collection> = self.inner.state.lock().colls.iter().copied().collect();
         let kv = self.inner.kv.as_ref();
         let mut out = Vec::new();
@@ -430,6 +437,7 @@ impl ObjectStore for BlueStore {
     }
 
     fn coll_get_attr(&self, coll: Collection, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.wait_kv_current()?;
         self.inner
             .kv
             .get(&keys::coll_attr(coll, key))

@@ -373,15 +373,16 @@ async fn failed_metadata_write_fails_the_store_and_writes_nothing_after() {
         }
     }
     let mut acked = Vec::new();
-    let mut errors = 0;
     for (round, i, c) in waits {
         match c.await {
             Ok(()) => acked.push((round, i)),
-            Err(StoreError::Failed(_)) => errors += 1,
+            Err(StoreError::Failed(_)) => {}
             Err(e) => panic!("expected Failed, got {e:?}"),
         }
     }
-    assert!(errors > 0, "the injected write error failed no commit");
+    // Commits whose journal record was durable before the failed write may
+    // be acknowledged (they are acknowledged before their key-value write,
+    // and the journal replays them: checked below); none after it is.
     assert!(
         kv.failed.load(SeqCst),
         "the store never wrote after injection"

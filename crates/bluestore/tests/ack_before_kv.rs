@@ -1,0 +1,125 @@
+//! A commit is acknowledged once its journal record is durable, before its
+//! batch reaches the key-value store; whatever is read from the key-value
+//! store (omap, collection attributes, PG logs, listings, fsck) still
+//! includes every acknowledged write. A key-value store whose writes can be
+//! held shows both: the commit returns while its write is held, and the
+//! reads wait for it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cairn_device::{BlockDevice, MemDevice};
+use cairn_kv::{Batch, Kv, MemKv};
+use cairn_store::{ObjectStore, Transaction, Version};
+use common::*;
+use parking_lot::{Condvar, Mutex};
+
+/// A key-value store whose writes wait while `held`.
+struct GatedKv {
+    inner: MemKv,
+    held: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl GatedKv {
+    fn hold(&self) {
+        *self.held.lock() = true;
+    }
+
+    fn release(&self) {
+        *self.held.lock() = false;
+        self.opened.notify_all();
+    }
+}
+
+impl Kv for GatedKv {
+    fn get(&self, key: &[u8]) -> cairn_kv::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> cairn_kv::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(start, end, limit)
+    }
+    fn write(&self, batch: Batch, sync: bool) -> cairn_kv::Result<()> {
+        let mut held = self.held.lock();
+        while *held {
+            self.opened.wait(&mut held);
+        }
+        drop(held);
+        self.inner.write(batch, sync)
+    }
+    fn sync(&self) -> cairn_kv::Result<()> {
+        self.inner.sync()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_before_the_metadata_write_and_read_after_it() {
+    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
+    let kv = Arc::new(GatedKv {
+        inner: MemKv::new(),
+        held: Mutex::new(false),
+        opened: Condvar::new(),
+    });
+    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
+    let k: Arc<dyn Kv> = kv.clone();
+    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    let o = oid(C1, "o");
+    commit(&*store, tx(|t| t.write(&o, 0, bytes(pattern(1, 8192))))).await;
+
+    // With key-value writes held, a commit (a deferred overwrite, omap,
+    // a collection attribute, a log entry, a new object) is acknowledged:
+    // its journal record is durable.
+    kv.hold();
+    let mut t = Transaction::new();
+    t.write(&o, 4096, bytes(pattern(2, 4096)));
+    t.omap_set(&o, vec![("k".into(), Bytes::from_static(b"v"))]);
+    t.coll_set_attr(C1, "last_update", Bytes::from_static(b"7"));
+    t.log_append(C1, Version::new(1, 7), Bytes::from_static(b"entry"));
+    t.touch(&oid(C1, "new"));
+    let c = store.submit(t).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), c)
+        .await
+        .expect("the commit waited for its key-value write")
+        .unwrap();
+
+    // Data and object metadata come from memory at once.
+    let mut want = pattern(1, 8192);
+    want[4096..].copy_from_slice(&pattern(2, 4096));
+    assert_eq!(read(&*store, &o, 0, 8192).await, want);
+
+    // What is read from the key-value store waits for the write.
+    let released = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, o, released) = (store.clone(), o.clone(), released.clone());
+        std::thread::spawn(move || {
+            let omap = store.omap_get(&o, &["k".to_string()]).unwrap();
+            assert!(released.load(SeqCst), "omap read before its write");
+            assert_eq!(omap.get("k").map(|v| v.as_slice()), Some(&b"v"[..]));
+            assert_eq!(
+                store.coll_get_attr(C1, "last_update").unwrap(),
+                Some(b"7".to_vec())
+            );
+            let log = store.read_log(C1).unwrap();
+            assert_eq!(log, vec![(Version::new(1, 7), b"entry".to_vec())]);
+            let mut names = store.list_objects(C1).unwrap();
+            names.sort();
+            assert_eq!(names, vec!["new".to_string(), "o".to_string()]);
+            assert!(store.list_collections().unwrap().contains(&C1));
+            assert_eq!(store.omap_list(&o, None, 10).unwrap().len(), 1);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    released.store(true, SeqCst);
+    kv.release();
+    reader.join().expect("reads after the acknowledgement");
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
