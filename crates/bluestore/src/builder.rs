@@ -255,6 +255,11 @@ impl<'a> Builder<'a> {
 
     fn remove_collection(&mut self, coll: Collection) -> Result<(), StoreError> {
         let mut names: BTreeSet<String> = BTreeSet::new();
+        // Read before the scan: a transaction counted committed after it
+        // may have been acknowledged but missing from the scan, and must
+        // then still count as dirty below. (Entries dirty now stay cached
+        // while this holds the state lock.)
+        let committed = self.inner.committed();
         let (start, end) = keys::range_of(&keys::coll_prefix(keys::ONODE, coll));
         for (key, _) in cairn_kv::scan_all(self.inner.kv.as_ref(), &start, &end)
             .map_err(crate::state::kv_error)?
@@ -263,7 +268,6 @@ impl<'a> Builder<'a> {
                 names.insert(oid.name);
             }
         }
-        let committed = self.inner.committed();
         for (oid, present) in self.st.onodes.dirty_in(coll, committed) {
             if present {
                 names.insert(oid.name);

@@ -194,8 +194,8 @@ pub(crate) struct Prepared {
     /// Transactions whose deferred writes are on the device: once this
     /// commit is durable, so is the journal tail past them.
     pub retires: Vec<u64>,
-    /// Answered once: when its record is durable and every earlier one
-    /// answered (see `record`), or when it fails.
+    /// Answered once: when its record and every earlier one are durable
+    /// (see `record`), or when it fails.
     pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 

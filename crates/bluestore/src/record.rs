@@ -162,7 +162,17 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
         }
         flight.written.insert(f.seq, (f, written));
         if flight.answering {
-            // The thread answering will come to it.
+            // The thread answering will write its batch; acknowledge it
+            // now if it is next in order, rather than after the batch
+            // that thread is writing.
+            let acks = take_acks(inner, &mut flight);
+            if !acks.is_empty() {
+                shared.finished.notify_all();
+                drop(flight);
+                acks.into_iter().for_each(|done| {
+                    let _ = done.send(Ok(()));
+                });
+            }
             continue;
         }
         flight.answering = true;

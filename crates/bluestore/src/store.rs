@@ -136,6 +136,10 @@ impl BlueStore {
     /// Counters, with cache statistics.
     pub fn perf(&self) -> PerfSnapshot {
         let inner = &self.inner;
+        // Counters of a group move once its batch is written, just after
+        // its commits are acknowledged: count every acknowledged one. (A
+        // failed store counts what it did.)
+        let _ = inner.wait_kv_current();
         let mut p = inner.perf.snapshot();
         {
             let st = inner.state.lock();
@@ -395,6 +399,9 @@ impl ObjectStore for BlueStore {
 
     fn list_collections(&self) -> Result<Vec<Collection>> {
         self.inner.wait_kv_current()?;
+        // Read before the scans: a commit counted after them may have put
+        // an object in a collection they found empty (see below).
+        let committed = self.inner.committed();
         let candidates: Vec<Collection> = self.inner.state.lock().colls.iter().copied().collect();
         let kv = self.inner.kv.as_ref();
         let mut out = Vec::new();
@@ -415,7 +422,6 @@ impl ObjectStore for BlueStore {
             }
         }
         // Forget collections that are empty and have nothing in flight.
-        let committed = self.inner.committed();
         let mut st = self.inner.state.lock();
         for coll in gone {
             if st.onodes.dirty_in(coll, committed).is_empty() && committed + 1 == st.next_seq {

@@ -25,9 +25,20 @@ struct GatedKv {
     opened: Condvar,
 }
 
+/// Releases the key-value store's writes when dropped, so that a failing
+/// test unwinds instead of hanging in unmount.
+struct Held(Arc<GatedKv>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 impl GatedKv {
-    fn hold(&self) {
+    fn hold(self: &Arc<Self>) -> Held {
         *self.held.lock() = true;
+        Held(self.clone())
     }
 
     fn release(&self) {
@@ -74,11 +85,13 @@ async fn acknowledged_before_the_metadata_write_and_read_after_it() {
     let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
     let o = oid(C1, "o");
     commit(&*store, tx(|t| t.write(&o, 0, bytes(pattern(1, 8192))))).await;
+    // Its batch too is in the key-value store once a listing returns.
+    assert_eq!(store.list_objects(C1).unwrap(), vec!["o".to_string()]);
 
     // With key-value writes held, a commit (a deferred overwrite, omap,
     // a collection attribute, a log entry, a new object) is acknowledged:
     // its journal record is durable.
-    kv.hold();
+    let held = kv.hold();
     let mut t = Transaction::new();
     t.write(&o, 4096, bytes(pattern(2, 4096)));
     t.omap_set(&o, vec![("k".into(), Bytes::from_static(b"v"))]);
@@ -119,7 +132,49 @@ async fn acknowledged_before_the_metadata_write_and_read_after_it() {
     };
     std::thread::sleep(Duration::from_millis(200));
     released.store(true, SeqCst);
-    kv.release();
+    drop(held);
     reader.join().expect("reads after the acknowledgement");
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
+
+/// Removing a collection right after an acknowledged create in it, whose
+/// batch is not in the key-value store yet, removes that object too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_removed_after_an_acknowledged_create_takes_the_object() {
+    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
+    let kv = Arc::new(GatedKv {
+        inner: MemKv::new(),
+        held: Mutex::new(false),
+        opened: Condvar::new(),
+    });
+    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
+    let k: Arc<dyn Kv> = kv.clone();
+    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    commit(
+        &*store,
+        tx(|t| t.write(&oid(C1, "a"), 0, bytes(pattern(1, 4096)))),
+    )
+    .await;
+    assert_eq!(store.list_objects(C1).unwrap(), vec!["a".to_string()]);
+
+    // The create is acknowledged while its batch is held; the commit
+    // thread, which wrote its record itself (a lone commit), waits in the
+    // key-value write. The removal is built meanwhile: its scan of the
+    // key-value store cannot see the object.
+    let held = kv.hold();
+    let x = oid(C1, "x");
+    let c = store
+        .submit(tx(|t| t.write(&x, 0, bytes(pattern(2, 4096)))))
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), c)
+        .await
+        .expect("the commit waited for its key-value write")
+        .unwrap();
+    let removal = store.submit(tx(|t| t.remove_collection(C1))).unwrap();
+    drop(held);
+    removal.await.unwrap();
+    assert!(store.list_objects(C1).unwrap().is_empty());
+    assert!(!store.list_collections().unwrap().contains(&C1));
+    assert!(store.stat(&x).is_err(), "{x} outlived its collection");
     assert!(store.fsck(true, false).unwrap().is_clean());
 }

@@ -333,10 +333,11 @@ impl cairn_kv::Kv for FailingKv {
     }
 }
 
-/// A failed key-value write fails its commit, every commit in flight
-/// behind it and the store; nothing more is written to the key-value store
-/// after it (a later batch must never land without an earlier one), and a
-/// remount shows every acknowledged transaction.
+/// A failed key-value write fails the store and every commit not yet
+/// acknowledged (commits whose journal record was durable may already be:
+/// the journal replays them); nothing more is written to the key-value
+/// store after it (a later batch must never land without an earlier one),
+/// and a remount shows every acknowledged transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_metadata_write_fails_the_store_and_writes_nothing_after() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -382,7 +383,12 @@ async fn failed_metadata_write_fails_the_store_and_writes_nothing_after() {
     }
     // Commits whose journal record was durable before the failed write may
     // be acknowledged (they are acknowledged before their key-value write,
-    // and the journal replays them: checked below); none after it is.
+    // and the journal replays them: checked below), so all of these may
+    // have been, and the failure may come after the last one.
+    wait_for("the store to fail", || {
+        store.submit(Transaction::new()).is_err()
+    })
+    .await;
     assert!(
         kv.failed.load(SeqCst),
         "the store never wrote after injection"
