@@ -1,7 +1,8 @@
 //! The record threads: each writes a journal record the commit thread laid
 //! out, durably, then *answers* records in sequence order. Answering has
 //! two steps: first every durable record next in order is *acknowledged*
-//! (its commits complete: the journal holds them), then each record's
+//! (its commits complete: the journal holds them) by whichever thread
+//! finds it so, even while another writes batches; then each record's
 //! batch goes to the key-value store (unsynced; see `journal`) and its
 //! group is finished (`finish_group`: counted committed, deferred writes
 //! and released space handed on). A thread whose record is durable before
