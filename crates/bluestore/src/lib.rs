@@ -34,6 +34,7 @@ mod cache;
 pub mod checksum;
 mod commit;
 pub mod compression;
+mod deferred;
 pub mod fsck;
 mod journal;
 mod keys;

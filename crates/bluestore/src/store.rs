@@ -17,13 +17,14 @@ use crate::allocator::{Allocator, Freelist};
 use crate::builder::Builder;
 use crate::cache::{BufferCache, OnodeCache};
 use crate::commit::{commit_loop, sync_loop};
+use crate::deferred::deferred_loop;
 use crate::journal::Journal;
 use crate::keys;
 use crate::label::Superblock;
 use crate::mount::mount;
 use crate::options::MountOptions;
 use crate::perf::{Perf, PerfSnapshot};
-use crate::pipeline::{deferred_loop, try_release, Pipeline};
+use crate::pipeline::{try_release, Pipeline};
 use crate::read::{self, Sources};
 use crate::state::{kv_error, Inner, ReadTracker, State};
 
