@@ -39,6 +39,12 @@ use crate::state::Inner;
 
 /// Most transactions committed as one group.
 const MAX_GROUP: usize = 512;
+/// Records acknowledged but not settled (batch written, group finished),
+/// at most, beyond those in flight. Each holds the space its transactions
+/// released (freed only once settled) and dirty onodes in memory: with no
+/// bound, a key-value store slower than the journal lets them pile up
+/// until the device is full.
+const UNSETTLED: u64 = 2;
 /// Past this share of the journal in use, ask for a key-value sync.
 const SYNC_AT: f64 = 0.5;
 /// Bytes the journal tail's position adds to a record, at most.
@@ -179,9 +185,12 @@ impl Committer<'_> {
     }
 
     /// Wait until at most `left` begun records are unacknowledged (maybe
-    /// not durable yet).
+    /// not durable yet), and at most `UNSETTLED` more acknowledged but
+    /// not settled.
     fn wait_unacked(&self, left: u64) -> Result<(), String> {
-        self.wait_until(|flight| self.begun - flight.acked <= left)
+        self.wait_until(|flight| {
+            self.begun - flight.acked <= left && self.begun - flight.settled <= left + UNSETTLED
+        })
     }
 
     /// A single transaction, with nothing in flight or being settled and

@@ -178,3 +178,53 @@ async fn a_collection_removed_after_an_acknowledged_create_takes_the_object() {
     assert!(store.stat(&x).is_err(), "{x} outlived its collection");
     assert!(store.fsck(true, false).unwrap().is_clean());
 }
+
+/// Records acknowledged ahead of their key-value writes are bounded: each
+/// holds the space its transactions released and dirty onodes in memory,
+/// so with the key-value store's writes held, acknowledgements stop after
+/// a few records instead of running on until the device is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_ahead_of_the_metadata_store_are_bounded() {
+    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
+    let kv = Arc::new(GatedKv {
+        inner: MemKv::new(),
+        held: Mutex::new(false),
+        opened: Condvar::new(),
+    });
+    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
+    let k: Arc<dyn Kv> = kv.clone();
+    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    let held = kv.hold();
+    // Waves of two commits, so that none is a lone commit (which the
+    // commit thread would answer itself, stopping at the held write).
+    let mut commits = Vec::new();
+    for wave in 0..20u64 {
+        for i in 0..2u64 {
+            let o = oid(C1, &format!("o{wave}-{i}"));
+            let t = tx(|t| t.write(&o, 0, bytes(pattern(wave * 2 + i, 4096))));
+            commits.push(store.submit(t).unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut acked = 0;
+    let mut pending = Vec::new();
+    for mut c in commits {
+        match tokio::time::timeout(Duration::from_millis(1), &mut c).await {
+            Ok(r) => {
+                r.unwrap();
+                acked += 1;
+            }
+            Err(_) => pending.push(c),
+        }
+    }
+    assert!(
+        acked <= 2 * 8,
+        "{acked} commits acknowledged with every key-value write held"
+    );
+    drop(held);
+    for c in pending {
+        c.await.unwrap();
+    }
+    assert_eq!(store.list_objects(C1).unwrap().len(), 40);
+    assert!(store.fsck(true, false).unwrap().is_clean());
+}
