@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cairn_kv::Batch;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::journal::Record;
 use crate::pipeline::{finish_group, Prepared};
@@ -166,27 +166,12 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
             // The thread answering will write its batch; acknowledge it
             // now if it is next in order, rather than after the batch
             // that thread is writing.
-            let acks = take_acks(inner, &mut flight);
-            if !acks.is_empty() {
-                shared.finished.notify_all();
-                drop(flight);
-                acks.into_iter().for_each(|done| {
-                    let _ = done.send(Ok(()));
-                });
-            }
+            acknowledge(inner, shared, &mut flight);
             continue;
         }
         flight.answering = true;
         loop {
-            let acks = take_acks(inner, &mut flight);
-            if !acks.is_empty() {
-                shared.finished.notify_all();
-                drop(flight);
-                for done in acks {
-                    let _ = done.send(Ok(()));
-                }
-                flight = shared.flight.lock();
-            }
+            acknowledge(inner, shared, &mut flight);
             let next = flight.settled + 1;
             let Some((f, written)) = flight.written.remove(&next) else {
                 break;
@@ -198,6 +183,20 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
             shared.finished.notify_all();
         }
         flight.answering = false;
+    }
+}
+
+/// Acknowledge every record written durably that is next in order; the
+/// commits are answered with the lock released.
+fn acknowledge(inner: &Inner, shared: &Shared, flight: &mut MutexGuard<'_, Flight>) {
+    let acks = take_acks(inner, flight);
+    if !acks.is_empty() {
+        shared.finished.notify_all();
+        MutexGuard::unlocked(flight, || {
+            for done in acks {
+                let _ = done.send(Ok(()));
+            }
+        });
     }
 }
 

@@ -72,8 +72,8 @@ impl Kv for GatedKv {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_before_the_metadata_write_and_read_after_it() {
+/// A store in memory over a [`GatedKv`].
+fn gated_store() -> (Arc<cairn_bluestore::BlueStore>, Arc<GatedKv>) {
     let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
     let kv = Arc::new(GatedKv {
         inner: MemKv::new(),
@@ -83,6 +83,12 @@ async fn acknowledged_before_the_metadata_write_and_read_after_it() {
     cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
     let k: Arc<dyn Kv> = kv.clone();
     let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    (store, kv)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_before_the_metadata_write_and_read_after_it() {
+    let (store, kv) = gated_store();
     let o = oid(C1, "o");
     commit(&*store, tx(|t| t.write(&o, 0, bytes(pattern(1, 8192))))).await;
     // Its batch too is in the key-value store once a listing returns.
@@ -141,15 +147,7 @@ async fn acknowledged_before_the_metadata_write_and_read_after_it() {
 /// batch is not in the key-value store yet, removes that object too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collection_removed_after_an_acknowledged_create_takes_the_object() {
-    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
-    let kv = Arc::new(GatedKv {
-        inner: MemKv::new(),
-        held: Mutex::new(false),
-        opened: Condvar::new(),
-    });
-    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
-    let k: Arc<dyn Kv> = kv.clone();
-    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    let (store, kv) = gated_store();
     commit(
         &*store,
         tx(|t| t.write(&oid(C1, "a"), 0, bytes(pattern(1, 4096)))),
@@ -185,15 +183,7 @@ async fn a_collection_removed_after_an_acknowledged_create_takes_the_object() {
 /// a few records instead of running on until the device is full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledgements_ahead_of_the_metadata_store_are_bounded() {
-    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
-    let kv = Arc::new(GatedKv {
-        inner: MemKv::new(),
-        held: Mutex::new(false),
-        opened: Condvar::new(),
-    });
-    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
-    let k: Arc<dyn Kv> = kv.clone();
-    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
+    let (store, kv) = gated_store();
     let held = kv.hold();
     // Waves of two commits, so that none is a lone commit (which the
     // commit thread would answer itself, stopping at the held write).
