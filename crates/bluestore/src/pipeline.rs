@@ -171,6 +171,9 @@ impl Prepared {
     }
 }
 
+/// Where a commit's outcome is sent.
+pub(crate) type Done = oneshot::Sender<Result<(), StoreError>>;
+
 /// A transaction ready to commit.
 pub(crate) struct Prepared {
     pub seq: u64,
@@ -187,7 +190,7 @@ pub(crate) struct Prepared {
     pub retires: Vec<u64>,
     /// Answered once: when its record and every earlier one are durable
     /// (see `record`), or when it fails.
-    pub done: Option<oneshot::Sender<Result<(), StoreError>>>,
+    pub done: Option<Done>,
 }
 
 pub(crate) struct Queue<T> {

@@ -27,10 +27,8 @@ use cairn_kv::Batch;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::journal::Record;
-use crate::pipeline::{finish_group, Prepared};
+use crate::pipeline::{finish_group, Done, Prepared};
 use crate::state::Inner;
-
-type Sender = tokio::sync::oneshot::Sender<Result<(), cairn_store::StoreError>>;
 
 /// A group whose journal record is laid out, to be written and answered.
 pub(crate) struct InFlight {
@@ -206,7 +204,7 @@ fn acknowledge(inner: &Inner, shared: &Shared, flight: &mut MutexGuard<'_, Fligh
 /// they are as durable as they will be, and their objects stay newer in
 /// the cache than in the key-value store (dirty, never evicted) until
 /// `finish_group` counts them committed.
-fn take_acks(inner: &Inner, flight: &mut Flight) -> Vec<Sender> {
+fn take_acks(inner: &Inner, flight: &mut Flight) -> Vec<Done> {
     let mut acks = Vec::new();
     if inner.failed.get().is_some() {
         return acks;

@@ -129,8 +129,9 @@ impl Inner {
     /// Wait until every acknowledged transaction's batch is in the
     /// key-value store, so that what is read from there (omap, PG logs,
     /// listings) includes every write acknowledged so far. Commits are
-    /// acknowledged once their journal record is durable, a few tens of
-    /// microseconds before their batch is written.
+    /// acknowledged once their journal record is durable, before their
+    /// batch is written; the commit thread keeps at most a few records
+    /// acknowledged ahead of their batches (`commit::UNSETTLED`).
     pub fn wait_kv_current(&self) -> Result<(), StoreError> {
         let target = self.acked.load(Ordering::Acquire);
         if self.committed() >= target {

@@ -19,7 +19,7 @@ use common::*;
 use parking_lot::{Condvar, Mutex};
 
 /// A key-value store whose writes wait while `held`.
-struct GatedKv {
+struct HeldKv {
     inner: MemKv,
     held: Mutex<bool>,
     opened: Condvar,
@@ -27,7 +27,7 @@ struct GatedKv {
 
 /// Releases the key-value store's writes when dropped, so that a failing
 /// test unwinds instead of hanging in unmount.
-struct Held(Arc<GatedKv>);
+struct Held(Arc<HeldKv>);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -35,7 +35,7 @@ impl Drop for Held {
     }
 }
 
-impl GatedKv {
+impl HeldKv {
     fn hold(self: &Arc<Self>) -> Held {
         *self.held.lock() = true;
         Held(self.clone())
@@ -47,7 +47,7 @@ impl GatedKv {
     }
 }
 
-impl Kv for GatedKv {
+impl Kv for HeldKv {
     fn get(&self, key: &[u8]) -> cairn_kv::Result<Option<Vec<u8>>> {
         self.inner.get(key)
     }
@@ -72,10 +72,10 @@ impl Kv for GatedKv {
     }
 }
 
-/// A store in memory over a [`GatedKv`].
-fn gated_store() -> (Arc<cairn_bluestore::BlueStore>, Arc<GatedKv>) {
+/// A store in memory over a [`HeldKv`].
+fn gated_store() -> (Arc<cairn_bluestore::BlueStore>, Arc<HeldKv>) {
     let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
-    let kv = Arc::new(GatedKv {
+    let kv = Arc::new(HeldKv {
         inner: MemKv::new(),
         held: Mutex::new(false),
         opened: Condvar::new(),
