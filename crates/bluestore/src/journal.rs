@@ -195,14 +195,15 @@ impl Journal {
             skip = self.len - self.head.offset;
             self.head.offset = 0;
         }
-        let mut buf = AlignedBuf::zeroed(n as usize);
-        buf[..4].copy_from_slice(&MAGIC.to_le_bytes());
-        buf[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        buf[8..16].copy_from_slice(&self.head.seq.to_le_bytes());
-        buf[20..28].copy_from_slice(&self.id.to_le_bytes());
-        buf[HEADER..HEADER + payload.len()].copy_from_slice(payload);
-        let crc = crc32c::crc32c(&buf[..HEADER + payload.len()]);
-        buf[16..20].copy_from_slice(&crc.to_le_bytes());
+        let mut header = [0u8; HEADER];
+        header[..4].copy_from_slice(&MAGIC.to_le_bytes());
+        header[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[8..16].copy_from_slice(&self.head.seq.to_le_bytes());
+        header[20..28].copy_from_slice(&self.id.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&header), payload);
+        header[16..20].copy_from_slice(&crc.to_le_bytes());
+        let buf = AlignedBuf::concat(&[&header, payload]);
+        debug_assert_eq!(buf.len() as u64, n);
         let offset = self.start + self.head.offset;
         self.live.push_back((self.head.seq, skip + n));
         self.used += skip + n;
