@@ -220,6 +220,10 @@ async fn job_loop<V: Volume>(
         let Some(done) = in_flight.next().await else {
             break;
         };
+        // Operations that complete at once (a memory volume, cached reads)
+        // would otherwise keep this loop from ever yielding, starving the
+        // other jobs on this worker: yield once the task's budget is spent.
+        tokio::task::coop::consume_budget().await;
         if let Err(source) = done.result {
             return Err(BenchError::Io {
                 op: done.kind,
