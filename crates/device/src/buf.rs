@@ -31,7 +31,17 @@ impl AlignedBuf {
     /// A zero-filled buffer of `len` bytes rounded up to a multiple of
     /// [`BLOCK_SIZE`].
     pub fn zeroed(len: usize) -> Self {
-        let len = round_up(len);
+        // SAFETY: zero-filled, so every byte is initialised.
+        unsafe { Self::allocate(round_up(len), true) }
+    }
+
+    /// An allocation of `len` bytes (a multiple of [`BLOCK_SIZE`]),
+    /// zero-filled if `zero`.
+    ///
+    /// # Safety
+    /// Unless `zero`, the caller initialises every byte before the buffer
+    /// is read or dropped into safe code's hands.
+    unsafe fn allocate(len: usize, zero: bool) -> Self {
         if len == 0 {
             return Self {
                 ptr: dangling(),
@@ -40,7 +50,13 @@ impl AlignedBuf {
         }
         let layout = layout(len);
         // SAFETY: layout has non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let raw = unsafe {
+            if zero {
+                alloc::alloc_zeroed(layout)
+            } else {
+                alloc::alloc(layout)
+            }
+        };
         match NonNull::new(raw) {
             Some(ptr) => Self { ptr, len },
             None => alloc::handle_alloc_error(layout),
@@ -58,18 +74,10 @@ impl AlignedBuf {
     pub fn concat(parts: &[&[u8]]) -> Self {
         let filled: usize = parts.iter().map(|p| p.len()).sum();
         let len = round_up(filled);
-        if len == 0 {
-            return Self {
-                ptr: dangling(),
-                len: 0,
-            };
-        }
-        let layout = layout(len);
-        // SAFETY: layout has non-zero size.
-        let raw = unsafe { alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(raw) else {
-            alloc::handle_alloc_error(layout)
-        };
+        // SAFETY: every byte is written below, the parts then the padding,
+        // before the buffer is returned; nothing in between can panic.
+        let buf = unsafe { Self::allocate(len, false) };
+        let raw = buf.ptr.as_ptr();
         let mut at = 0;
         for part in parts {
             // SAFETY: `at + part.len() <= filled <= len`, inside the
@@ -82,7 +90,7 @@ impl AlignedBuf {
         // SAFETY: `filled..len` is inside the allocation; after this every
         // byte of it is initialised.
         unsafe { std::ptr::write_bytes(raw.add(filled), 0, len - filled) };
-        Self { ptr, len }
+        buf
     }
 
     /// Length in bytes (a multiple of [`BLOCK_SIZE`]).
