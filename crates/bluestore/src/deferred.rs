@@ -121,8 +121,16 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     }
     let mut blocks: Vec<(u64, &Bytes)> = latest.into_iter().collect();
     blocks.sort_unstable_by_key(|(p, _)| *p);
-    let mut runs: Vec<(u64, Vec<&Bytes>)> = Vec::new();
+    let mut runs: Vec<(u64, Vec<&[u8]>)> = Vec::new();
     for (phys, data) in blocks {
+        // A run's blocks are laid end to end: one of another size would
+        // shift every later block of the run to the wrong place.
+        assert_eq!(
+            data.len() as u64,
+            BLOCK,
+            "deferred write at {phys} is not one block"
+        );
+        let data = &data[..];
         match runs.last_mut() {
             Some((start, run)) if *start + run.len() as u64 * BLOCK == phys => run.push(data),
             _ => runs.push((phys, vec![data])),
@@ -145,11 +153,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
         let group: Vec<(u64, AlignedBuf)> = runs
             .by_ref()
             .take(DEFERRED_GROUP)
-            .map(|(start, run)| {
-                debug_assert!(run.iter().all(|data| data.len() == BLOCK as usize));
-                let parts: Vec<&[u8]> = run.iter().map(|data| &data[..]).collect();
-                (start, AlignedBuf::concat(&parts))
-            })
+            .map(|(start, run)| (start, AlignedBuf::concat(&run)))
             .collect();
         in_flight.push_back(inner.device.write_many(group));
     }

@@ -203,7 +203,7 @@ impl Journal {
         let crc = crc32c::crc32c_append(crc32c::crc32c(&header), payload);
         header[16..20].copy_from_slice(&crc.to_le_bytes());
         let buf = AlignedBuf::concat(&[&header, payload]);
-        debug_assert_eq!(buf.len() as u64, n);
+        assert_eq!(buf.len() as u64, n, "journal record length");
         let offset = self.start + self.head.offset;
         self.live.push_back((self.head.seq, skip + n));
         self.used += skip + n;

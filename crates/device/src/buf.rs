@@ -72,24 +72,11 @@ impl AlignedBuf {
     /// [`BLOCK_SIZE`]. Only the padding is zeroed: on the write path the
     /// bytes are copied once, not cleared and then copied.
     pub fn concat(parts: &[&[u8]]) -> Self {
-        let filled: usize = parts.iter().map(|p| p.len()).sum();
-        let len = round_up(filled);
-        // SAFETY: every byte is written below, the parts then the padding,
-        // before the buffer is returned; nothing in between can panic.
-        let buf = unsafe { Self::allocate(len, false) };
-        let raw = buf.ptr.as_ptr();
-        let mut at = 0;
-        for part in parts {
-            // SAFETY: `at + part.len() <= filled <= len`, inside the
-            // allocation, and `part` cannot overlap a fresh allocation.
-            unsafe {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), raw.add(at), part.len());
-            }
-            at += part.len();
-        }
-        // SAFETY: `filled..len` is inside the allocation; after this every
-        // byte of it is initialised.
-        unsafe { std::ptr::write_bytes(raw.add(filled), 0, len - filled) };
+        let len = round_up(parts.iter().map(|p| p.len()).sum());
+        // SAFETY: `fill` writes every byte before the buffer is returned.
+        let mut buf = unsafe { Self::allocate(len, false) };
+        // SAFETY: the buffer holds `len` bytes, at least the parts' total.
+        unsafe { fill(buf.as_mut_ptr(), len, parts) };
         buf
     }
 
@@ -112,6 +99,23 @@ impl AlignedBuf {
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+}
+
+/// Write `parts` one after another at `dst`, then zeroes up to `len`.
+///
+/// # Safety
+/// `dst` is valid for `len` bytes of writes, `len` is at least the parts'
+/// total, and no part overlaps `dst..dst + len`.
+unsafe fn fill(dst: *mut u8, len: usize, parts: &[&[u8]]) {
+    let mut at = 0;
+    for part in parts {
+        // SAFETY: `at + part.len()` is within `len` (the caller's bound)
+        // and the part does not overlap the destination.
+        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), dst.add(at), part.len()) };
+        at += part.len();
+    }
+    // SAFETY: `at..len` is within the destination.
+    unsafe { std::ptr::write_bytes(dst.add(at), 0, len - at) };
 }
 
 fn round_up(len: usize) -> usize {
@@ -206,18 +210,25 @@ mod tests {
 
     #[test]
     fn concat_copies_parts_in_order_and_zeroes_the_padding() {
-        // Fill the allocator with nonzero garbage first, so padding that
-        // was not cleared would show.
-        for _ in 0..8 {
-            let mut junk = AlignedBuf::zeroed(3 * ALIGN);
-            junk.fill(0xAB);
-        }
         let b = AlignedBuf::concat(&[&[1u8; 10], &[], &[2u8; ALIGN]]);
         assert_eq!(b.len(), 2 * ALIGN);
         assert_eq!(b.as_ptr() as usize % ALIGN, 0);
         assert!(b[..10].iter().all(|&x| x == 1));
         assert!(b[10..10 + ALIGN].iter().all(|&x| x == 2));
         assert!(b[10 + ALIGN..].iter().all(|&x| x == 0));
+        // Over memory that is not zero (a fresh allocation may happen to
+        // be), `fill` still leaves zeros after the parts.
+        let mut dirty = AlignedBuf::zeroed(2 * ALIGN);
+        dirty.fill(0xAB);
+        // SAFETY: the buffer holds 2 * ALIGN bytes; the parts are separate.
+        unsafe {
+            fill(
+                dirty.as_mut_ptr(),
+                dirty.len(),
+                &[&[1u8; 10], &[2u8; ALIGN]],
+            )
+        };
+        assert_eq!(&dirty[..], &b[..]);
         let exact = AlignedBuf::concat(&[&[3u8; ALIGN]]);
         assert_eq!(exact.len(), ALIGN);
         assert!(exact.iter().all(|&x| x == 3));
