@@ -288,8 +288,8 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// Emit the onode changes and hand the transaction to the pipeline.
-    pub fn finish(mut self, done: oneshot::Sender<Result<(), StoreError>>) {
+    /// Emit the onode changes: the transaction, ready to commit.
+    pub fn finish(mut self, done: oneshot::Sender<Result<(), StoreError>>) -> Prepared {
         let inner = self.inner;
         let committed = inner.committed();
         let mut batch = std::mem::take(&mut self.batch);
@@ -358,7 +358,7 @@ impl<'a> Builder<'a> {
             }
         });
         inner.perf.transactions.fetch_add(1, Ordering::Relaxed);
-        inner.pipeline.submit(Prepared {
+        Prepared {
             seq: self.seq,
             batch,
             data,
@@ -367,7 +367,7 @@ impl<'a> Builder<'a> {
             release,
             retires: Vec::new(),
             done: Some(done),
-        });
+        }
     }
 
     /// The record of this transaction's in-place writes (the commit thread

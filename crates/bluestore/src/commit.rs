@@ -1,4 +1,4 @@
-//! The commit thread, its record threads and the key-value sync thread.
+//! The commit thread and its record threads; inline commits.
 //!
 //! The commit thread waits until fewer than `journal::WRITERS` records
 //! are unacknowledged, then takes every queued transaction at once (group
@@ -15,10 +15,18 @@
 //! group too large for a journal record is written to the key-value store
 //! synced instead, deferred records and all.
 //!
-//! The sync thread syncs the key-value store when the journal fills past
-//! half, so that its oldest records can be dropped; if the journal fills
-//! before that, the commit thread syncs it itself, and waits for the
-//! deferred thread if unapplied deferred writes hold the journal's tail.
+//! A lone transaction (nothing else queued or in flight) is committed by
+//! the commit thread itself, record and all. Once several in a row were,
+//! the load is one transaction at a time, and the next lone small one is
+//! committed by its submitter, on its own thread, before `submit` returns
+//! (`try_inline`): no thread hop at all. Whoever commits holds the commit
+//! state (the journal's head), so commits stay in order.
+//!
+//! The sync thread (`kvsync`) syncs the key-value store when the journal
+//! fills past half, so that its oldest records can be dropped; if the
+//! journal fills before that, the commit thread syncs it itself, and waits
+//! for the deferred thread if unapplied deferred writes hold the journal's
+//! tail.
 //!
 //! Fault model: a failed device write, flush, journal write or key-value
 //! write or sync fails the store; the commits involved and all later ones
@@ -30,13 +38,21 @@ use std::time::Instant;
 
 use cairn_device::block_on;
 use cairn_kv::Batch;
+use parking_lot::MutexGuard;
 
 use crate::journal::{Journal, WRITERS};
 use crate::keys;
+use crate::kvsync::{sync_kv, synced};
 use crate::pipeline::{finish_group, Prepared};
 use crate::record::{record_loop, Flight, InFlight, Shared, StopRecords};
 use crate::state::Inner;
 
+/// Lone commits in a row after which a submitter may commit a lone
+/// transaction itself (`try_inline`). A submitter committing blocks its
+/// thread for the record's write; when a burst follows (an idle moment
+/// of a deep queue), the rest of the burst would wait for that one write.
+/// A streak says the load is one transaction at a time.
+const INLINE_AFTER_LONE: u32 = 3;
 /// Most transactions committed as one group.
 const MAX_GROUP: usize = 512;
 /// Records acknowledged but not settled (batch written, group finished),
@@ -50,13 +66,49 @@ const SYNC_AT: f64 = 0.5;
 /// Bytes the journal tail's position adds to a record, at most.
 const TAIL_PUT_BYTES: usize = 64;
 
-/// The commit thread's state.
-struct Committer<'a> {
-    inner: Arc<Inner>,
+/// What whoever commits owns: the journal's head and the last record
+/// begun. The commit thread holds it while it forms and starts a group; a
+/// submitter committing a lone transaction itself (`try_inline`) holds it
+/// for that commit.
+pub(crate) struct CommitState {
     journal: Journal,
-    shared: &'a Shared,
     /// Sequence number of the last record begun.
     begun: u64,
+    /// Lone commits in a row (see `Committer::lone`): the load is one
+    /// transaction at a time.
+    lone_streak: u32,
+}
+
+impl CommitState {
+    /// Continue `journal`, whose last record begun is its head's predecessor.
+    pub fn new(journal: Journal) -> Self {
+        let begun = journal.head().seq - 1;
+        Self {
+            journal,
+            begun,
+            lone_streak: 0,
+        }
+    }
+}
+
+/// A committer at work: the commit state, locked.
+struct Committer<'a> {
+    inner: &'a Arc<Inner>,
+    shared: &'a Shared,
+    st: MutexGuard<'a, CommitState>,
+    /// Committing a lone transaction for its submitter (`try_inline`).
+    inline: bool,
+}
+
+impl<'a> Committer<'a> {
+    fn lock(inner: &'a Arc<Inner>) -> Self {
+        Self {
+            inner,
+            shared: &inner.records,
+            st: inner.commit.lock(),
+            inline: false,
+        }
+    }
 }
 
 /// The commit thread.
@@ -64,14 +116,13 @@ struct Committer<'a> {
 /// It forms groups and lays out their journal records; `WRITERS` + 1
 /// record threads beside it write the records and answer them in order
 /// (see `record`), so the device sees several commits in flight.
-pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
-    let begun = inner.journal_written.load(Ordering::Acquire);
-    let shared = Shared::new(begun);
+pub(crate) fn commit_loop(inner: Arc<Inner>) {
+    let shared = &inner.records;
     std::thread::scope(|scope| {
         for i in 0..WRITERS + 1 {
             let spawned = std::thread::Builder::new()
                 .name(format!("cairn-bs-record{i}"))
-                .spawn_scoped(scope, || record_loop(&inner, &shared));
+                .spawn_scoped(scope, || record_loop(&inner, shared));
             if let Err(e) = spawned {
                 inner.fail(format!("cannot start a journal record thread: {e}"));
             }
@@ -79,21 +130,24 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
         // However this thread leaves the scope, the record threads stop
         // (once every record laid out is written and answered) so that
         // the scope can end.
-        let _stop = StopRecords(&shared);
-        let mut c = Committer {
-            inner: inner.clone(),
-            journal,
-            shared: &shared,
-            begun,
-        };
+        let _stop = StopRecords(shared);
         let mut drained = false;
         loop {
-            // A group formed only once a record can start takes in
-            // everything that queued meanwhile: fewer, larger records.
-            let _ = c.wait_unacked(WRITERS as u64 - 1);
-            let max_bytes = c.journal.max_payload() - TAIL_PUT_BYTES;
-            match next_group(&c.inner, max_bytes, drained) {
-                Next::Group(mut group) => {
+            match wait_for_commits(&inner, drained) {
+                Next::Commits => {
+                    let mut c = Committer::lock(&inner);
+                    // A group formed only once a record can start takes in
+                    // everything that queued meanwhile: fewer, larger
+                    // records.
+                    let _ = c.wait_unacked(WRITERS as u64 - 1);
+                    let max_bytes = c.st.journal.max_payload() - TAIL_PUT_BYTES;
+                    // Taken with the commit state held, so that no
+                    // submitter commits a later transaction itself while
+                    // this group is between the queue and its record.
+                    let mut group = take_group(&inner, max_bytes);
+                    if group.is_empty() {
+                        continue; // a dead pipeline answered them
+                    }
                     drained = false;
                     if let Err(why) = c.start_group(&mut group) {
                         c.inner.fail(why);
@@ -106,14 +160,14 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
                     // Finished groups hand their deferred writes to the
                     // deferred thread: all of them must have before it is
                     // told to stop.
-                    let _ = c.drain();
+                    let _ = Committer::lock(&inner).drain();
                     drained = true;
                 }
                 Next::Stop => break,
             }
         }
         // Every record laid out is answered before the final sync.
-        let _ = c.drain();
+        let _ = Committer::lock(&inner).drain();
     });
     // Leave nothing for the journal to replay after a clean stop.
     if inner.failed.get().is_none() {
@@ -125,7 +179,8 @@ pub(crate) fn commit_loop(inner: Arc<Inner>, journal: Journal) {
 }
 
 enum Next {
-    Group(Vec<Prepared>),
+    /// Transactions are queued.
+    Commits,
     /// Shutting down with nothing queued: finish the groups in flight,
     /// then ask again with `drained`.
     Drain,
@@ -133,9 +188,25 @@ enum Next {
     Stop,
 }
 
-/// The next group: every queued transaction, up to `MAX_GROUP` and about
-/// `max_bytes` of metadata; see `Next` for shutting down.
-fn next_group(inner: &Inner, max_bytes: usize, drained: bool) -> Next {
+/// Fails the store if an inline commit panics on its submitter's thread:
+/// its record may be begun and never settled, which the commit thread
+/// would otherwise wait for forever.
+struct InlineDies<'a>(&'a Inner);
+
+impl Drop for InlineDies<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let inner = self.0;
+            inner
+                .fail("a transaction's submitter panicked committing it; remount the store".into());
+            let _flight = inner.records.flight.lock();
+            inner.records.finished.notify_all();
+        }
+    }
+}
+
+/// Wait until transactions are queued; see `Next` for shutting down.
+fn wait_for_commits(inner: &Inner, drained: bool) -> Next {
     let pipeline = &inner.pipeline;
     let mut q = pipeline.commits.lock();
     while q.items.is_empty() {
@@ -151,6 +222,13 @@ fn next_group(inner: &Inner, max_bytes: usize, drained: bool) -> Next {
         }
         pipeline.commit_ready.wait(&mut q);
     }
+    Next::Commits
+}
+
+/// The next group: every queued transaction, up to `MAX_GROUP` and about
+/// `max_bytes` of metadata.
+fn take_group(inner: &Inner, max_bytes: usize) -> Vec<Prepared> {
+    let mut q = inner.pipeline.commits.lock();
     let mut bytes = 0;
     let mut n = 0;
     while n < q.items.len().min(MAX_GROUP)
@@ -159,7 +237,77 @@ fn next_group(inner: &Inner, max_bytes: usize, drained: bool) -> Next {
         bytes += q.items[n].record_bytes();
         n += 1;
     }
-    Next::Group(q.items.drain(..n).collect())
+    q.items.drain(..n).collect()
+}
+
+/// A lone transaction its submitter commits itself, on its own thread:
+/// see [`try_inline`].
+pub(crate) struct Inline<'a>(Committer<'a>);
+
+/// Whether the submitter of `p`, just built under the state lock (which
+/// orders transactions), may commit it itself: nothing queued or in flight,
+/// no new data to wait for, and room for its record in the journal. Then
+/// the record is written on the submitter's thread and the commit is
+/// complete when [`Inline::commit`] returns: at queue depth 1 that saves
+/// the hand-offs to the commit thread and back (two thread wake-ups).
+/// Otherwise `None`, and `p` is to be queued as usual.
+///
+/// The commit state stays held until the commit is done, so any later
+/// transaction queues behind it; the state lock need not be.
+pub(crate) fn try_inline<'a>(inner: &'a Arc<Inner>, p: &Prepared) -> Option<Inline<'a>> {
+    if !inner.opts.inline_commits || p.data.is_some() || inner.failed.get().is_some() {
+        return None;
+    }
+    let st = inner.commit.try_lock()?;
+    if st.lone_streak < INLINE_AFTER_LONE {
+        return None;
+    }
+    let mut c = Committer {
+        inner,
+        shared: &inner.records,
+        st,
+        inline: true,
+    };
+    {
+        let q = inner.pipeline.commits.lock();
+        if !q.items.is_empty() || q.shutdown || q.dead.is_some() {
+            return None;
+        }
+    }
+    // Nothing in flight or being settled: `commit_inline`'s condition,
+    // which stays true while the commit state is held.
+    if c.shared.flight.lock().settled != c.st.begun {
+        return None;
+    }
+    let payload_len = p.record_bytes() + TAIL_PUT_BYTES;
+    if payload_len > c.st.journal.max_payload() {
+        return None;
+    }
+    let retirable = retirable(c.inner);
+    c.st.journal.retire(retirable);
+    if !c.st.journal.room(payload_len).0 {
+        return None;
+    }
+    Some(Inline(c))
+}
+
+impl Inline<'_> {
+    /// Commit `p` (the transaction `try_inline` was asked about).
+    pub fn commit(mut self, p: Prepared) {
+        let _dies = InlineDies(self.0.inner);
+        self.0
+            .inner
+            .perf
+            .inline_commits
+            .fetch_add(1, Ordering::Relaxed);
+        let mut group = vec![p];
+        if let Err(why) = self.0.start_group(&mut group) {
+            self.0.inner.fail(why);
+            for mut p in group {
+                p.answer(self.0.inner.check_failed());
+            }
+        }
+    }
 }
 
 fn flush(inner: &Inner) -> Result<(), String> {
@@ -189,7 +337,8 @@ impl Committer<'_> {
     /// not settled.
     fn wait_unacked(&self, left: u64) -> Result<(), String> {
         self.wait_until(|flight| {
-            self.begun - flight.acked <= left && self.begun - flight.settled <= left + UNSETTLED
+            self.st.begun - flight.acked <= left
+                && self.st.begun - flight.settled <= left + UNSETTLED
         })
     }
 
@@ -199,8 +348,12 @@ impl Committer<'_> {
     /// concurrently, and the next group should not wait for this one's
     /// record.
     fn lone(&self, group: &[Prepared]) -> bool {
+        if self.inline {
+            // `try_inline` checked; what queued since waits for it.
+            return true;
+        }
         group.len() == 1
-            && self.begun == self.shared.flight.lock().settled
+            && self.st.begun == self.shared.flight.lock().settled
             && self.inner.pipeline.commits.lock().items.is_empty()
     }
 
@@ -215,10 +368,10 @@ impl Committer<'_> {
         start: Instant,
     ) -> Result<(), String> {
         let inner = self.inner.clone();
-        let fill = self.journal.room(payload.len()).1;
-        let seq = self.journal.next_seq();
-        self.begun = seq;
-        let (after, record) = self.journal.place_record(payload);
+        let fill = self.st.journal.room(payload.len()).1;
+        let seq = self.st.journal.next_seq();
+        self.st.begun = seq;
+        let (after, record) = self.st.journal.place_record(payload);
         record.write(inner.device.as_ref())?;
         // Durable: acknowledged before the key-value write, as the record
         // threads do (see `record::take_acks`).
@@ -265,11 +418,14 @@ impl Committer<'_> {
     /// that this thread may write the key-value store and finish groups
     /// itself.
     fn drain(&self) -> Result<(), String> {
-        self.wait_until(|flight| flight.settled == self.begun)
+        self.wait_until(|flight| flight.settled == self.st.begun)
     }
 
     /// Make a group durable, or start to. See the module docs.
     fn start_group(&mut self, group: &mut Vec<Prepared>) -> Result<(), String> {
+        if group.len() > 1 {
+            self.st.lone_streak = 0;
+        }
         let inner = self.inner.clone();
         if let Some(why) = inner.failed.get() {
             return Err(why.clone());
@@ -297,14 +453,14 @@ impl Committer<'_> {
                 .filter_map(|p| p.deferred.as_ref())
                 .map(|d| d.encoded_len())
                 .sum::<usize>();
-        if payload_len > self.journal.max_payload() {
+        if payload_len > self.st.journal.max_payload() {
             return self.commit_oversized(group, batch, start);
         }
-        self.journal.retire(self.retirable());
-        if !self.journal.room(payload_len).0 {
+        self.st.journal.retire(retirable(self.inner));
+        if !self.st.journal.room(payload_len).0 {
             self.make_room(payload_len)?;
         }
-        let at = self.journal.head();
+        let at = self.st.journal.head();
         let tail = inner.pipeline.hold_tail(group, at);
         batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
         // The record holds the deferred records; the key-value store never
@@ -315,14 +471,16 @@ impl Committer<'_> {
             d.encode_put_into(&mut payload);
         }
         if self.lone(group) {
+            self.st.lone_streak = self.st.lone_streak.saturating_add(1);
             return self.commit_inline(group, batch, &payload, tail.seq, start);
         }
+        self.st.lone_streak = 0;
         // No more than `WRITERS` records unacknowledged (see `journal`).
         self.wait_unacked(WRITERS as u64 - 1)?;
-        let fill = self.journal.room(payload.len()).1;
-        let seq = self.journal.next_seq();
-        let (after, record) = self.journal.place_record(&payload);
-        self.begun = seq;
+        let fill = self.st.journal.room(payload.len()).1;
+        let seq = self.st.journal.next_seq();
+        let (after, record) = self.st.journal.place_record(&payload);
+        self.st.begun = seq;
         // The record thread writes the batch once the record is durable.
         batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
         let f = InFlight {
@@ -357,7 +515,7 @@ impl Committer<'_> {
                 batch.put(keys::deferred(d.seq), d.encode());
             }
         }
-        let head = self.journal.head();
+        let head = self.st.journal.head();
         let tail = inner.pipeline.tail(head);
         batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
         batch.put(keys::JOURNAL_KEY.to_vec(), head.encode());
@@ -368,18 +526,10 @@ impl Committer<'_> {
             .map_err(|e| format!("metadata commit failed: {e}"))?;
         inner.jdef_written.fetch_max(tail.seq, Ordering::AcqRel);
         synced(&inner, written, tail.seq);
-        self.journal.retire(self.retirable());
+        self.st.journal.retire(retirable(self.inner));
         inner.perf.kv_commit(start.elapsed().as_micros() as u64);
         finish_group(&inner, std::mem::take(group));
         Ok(())
-    }
-
-    /// Records the journal may reuse: those whose batches a sync made
-    /// durable in the key-value store, before the durable tail.
-    fn retirable(&self) -> u64 {
-        let synced = self.inner.journal_synced.load(Ordering::Acquire);
-        let tail = self.inner.jdef_synced.load(Ordering::Acquire);
-        synced.min(tail.saturating_sub(1))
     }
 
     /// The journal is full: settle every group in flight, sync the
@@ -392,8 +542,8 @@ impl Committer<'_> {
         self.drain()?;
         loop {
             sync_kv(&inner)?;
-            self.journal.retire(self.retirable());
-            if self.journal.room(payload_len).0 {
+            self.st.journal.retire(retirable(self.inner));
+            if self.st.journal.room(payload_len).0 {
                 return Ok(());
             }
             let held = inner.jdef_synced.load(Ordering::Acquire);
@@ -403,7 +553,7 @@ impl Committer<'_> {
                 .fetch_add(1, Ordering::Relaxed);
             let tail = inner
                 .pipeline
-                .wait_tail_past(&inner, held, self.journal.head())?;
+                .wait_tail_past(&inner, held, self.st.journal.head())?;
             let mut batch = Batch::new();
             batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
             inner
@@ -415,44 +565,10 @@ impl Committer<'_> {
     }
 }
 
-/// Sync the key-value store: every batch written so far becomes durable.
-fn sync_kv(inner: &Inner) -> Result<(), String> {
-    let written = inner.journal_written.load(Ordering::Acquire);
-    let tail = inner.jdef_written.load(Ordering::Acquire);
-    inner
-        .kv
-        .sync()
-        .map_err(|e| format!("metadata sync failed: {e}"))?;
-    inner.perf.kv_syncs.fetch_add(1, Ordering::Relaxed);
-    synced(inner, written, tail);
-    Ok(())
-}
-
-/// The batches of records up to `written`, and the tail at `tail`, are
-/// durable in the key-value store.
-fn synced(inner: &Inner, written: u64, tail: u64) {
-    inner.journal_synced.fetch_max(written, Ordering::AcqRel);
-    inner.jdef_synced.fetch_max(tail, Ordering::AcqRel);
-}
-
-/// The key-value sync thread.
-pub(crate) fn sync_loop(inner: Arc<Inner>) {
-    loop {
-        {
-            let mut q = inner.pipeline.sync.lock();
-            while q.items.is_empty() && !q.shutdown {
-                inner.pipeline.sync_ready.wait(&mut q);
-            }
-            if q.shutdown {
-                return;
-            }
-            q.items.clear();
-        }
-        if inner.failed.get().is_some() {
-            continue;
-        }
-        if let Err(why) = sync_kv(&inner) {
-            inner.fail(why);
-        }
-    }
+/// Records the journal may reuse: those whose batches a sync made
+/// durable in the key-value store, before the durable tail.
+fn retirable(inner: &Inner) -> u64 {
+    let synced = inner.journal_synced.load(Ordering::Acquire);
+    let tail = inner.jdef_synced.load(Ordering::Acquire);
+    synced.min(tail.saturating_sub(1))
 }

@@ -38,6 +38,7 @@ mod deferred;
 pub mod fsck;
 mod journal;
 mod keys;
+mod kvsync;
 pub mod label;
 mod mount;
 mod onode;

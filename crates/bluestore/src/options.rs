@@ -88,6 +88,10 @@ pub struct MountOptions {
     /// Bytes of deferred writes not yet applied to the device above which
     /// new small overwrites take the direct path instead.
     pub deferred_backlog_bytes: u64,
+    /// A submitter may write a lone transaction's journal record itself
+    /// when the store is idle after a run of lone commits, rather than
+    /// wake the commit thread and wait to be woken (see `commit`).
+    pub inline_commits: bool,
     pub checksum: ChecksumType,
     pub compression_mode: CompressionMode,
     pub compression_algorithm: Algorithm,
@@ -109,6 +113,7 @@ impl Default for MountOptions {
         Self {
             deferred_max_bytes: 64 << 10,
             deferred_backlog_bytes: 64 << 20,
+            inline_commits: true,
             checksum: ChecksumType::Crc32c,
             compression_mode: CompressionMode::None,
             compression_algorithm: Algorithm::Lz4,

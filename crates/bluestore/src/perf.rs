@@ -15,6 +15,8 @@ pub struct Perf {
     pub kv_commit_us: AtomicU64,
     pub kv_commit_max_us: AtomicU64,
     pub journal_records: AtomicU64,
+    /// Records written by their transaction's submitter (see `commit`).
+    pub inline_commits: AtomicU64,
     pub journal_bytes: AtomicU64,
     /// Sum of journal record write latencies (durable), in microseconds.
     pub journal_write_us: AtomicU64,
@@ -46,6 +48,8 @@ pub struct PerfSnapshot {
     pub kv_commit_mean_us: f64,
     pub kv_commit_max_us: u64,
     pub journal_records: u64,
+    /// Of those, written by their transaction's submitter, on its thread.
+    pub inline_commits: u64,
     pub journal_bytes: u64,
     pub journal_write_mean_us: f64,
     pub kv_syncs: u64,
@@ -106,6 +110,7 @@ impl Perf {
             },
             kv_commit_max_us: get(&self.kv_commit_max_us),
             journal_records: records,
+            inline_commits: get(&self.inline_commits),
             journal_write_mean_us: if records == 0 {
                 0.0
             } else {

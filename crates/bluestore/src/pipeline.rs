@@ -242,9 +242,7 @@ impl Pipeline {
     /// Queue a built transaction (in sequence order: called under the state
     /// lock). Its deferred writes, if any, count as unapplied from now on.
     pub fn submit(&self, p: Prepared) {
-        if p.deferred.is_some() {
-            self.releases.lock().unapplied.insert(p.seq);
-        }
+        self.note_unapplied(&p);
         let mut q = self.commits.lock();
         if let Some(why) = &q.dead {
             let mut p = p;
@@ -254,6 +252,14 @@ impl Pipeline {
         q.items.push_back(p);
         drop(q);
         self.commit_ready.notify_one();
+    }
+
+    /// `p`'s deferred writes, if any, count as unapplied from now on
+    /// (called under the state lock, in sequence order).
+    pub fn note_unapplied(&self, p: &Prepared) {
+        if p.deferred.is_some() {
+            self.releases.lock().unapplied.insert(p.seq);
+        }
     }
 
     /// Stop the commit thread once its queue is empty. The deferred thread

@@ -19,12 +19,14 @@ use parking_lot::Mutex;
 
 use crate::allocator::{Allocator, Freelist};
 use crate::cache::{BufferCache, Lookup, OnodeCache};
+use crate::commit::CommitState;
 use crate::keys;
 use crate::label::Superblock;
 use crate::onode::{decode, Core, Onode, Shard};
 use crate::options::MountOptions;
 use crate::perf::Perf;
 use crate::pipeline::Pipeline;
+use crate::record;
 
 /// Object ids are reserved in the key-value store this many at a time.
 pub const NID_BATCH: u64 = 1024;
@@ -86,6 +88,10 @@ pub(crate) struct Inner {
     pub perf: Perf,
     pub state: Mutex<State>,
     pub pipeline: Pipeline,
+    /// The journal's head, held by whoever commits (see `commit`).
+    pub commit: Mutex<CommitState>,
+    /// Records between the committer and the record threads.
+    pub records: record::Shared,
     pub reads: ReadTracker,
     /// Set once when a durable write fails: nothing more is accepted.
     pub failed: OnceLock<String>,

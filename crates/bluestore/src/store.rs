@@ -16,16 +16,18 @@ use parking_lot::Mutex;
 use crate::allocator::{Allocator, Freelist};
 use crate::builder::Builder;
 use crate::cache::{BufferCache, OnodeCache};
-use crate::commit::{commit_loop, sync_loop};
+use crate::commit::{commit_loop, try_inline, CommitState};
 use crate::deferred::deferred_loop;
 use crate::journal::Journal;
 use crate::keys;
+use crate::kvsync::sync_loop;
 use crate::label::Superblock;
 use crate::mount::mount;
 use crate::options::MountOptions;
 use crate::perf::{Perf, PerfSnapshot};
 use crate::pipeline::{try_release, Pipeline};
 use crate::read::{self, Sources};
+use crate::record;
 use crate::state::{kv_error, Inner, ReadTracker, State};
 
 /// What one of the store's threads runs.
@@ -61,6 +63,11 @@ impl BlueStore {
             objects: m.objects,
             read_gen: 0,
         };
+        let journal = Journal::new(
+            m.sb.journal_id(),
+            (m.sb.journal_start, m.sb.journal_len),
+            m.journal,
+        );
         let inner = Arc::new(Inner {
             device,
             kv,
@@ -70,6 +77,8 @@ impl BlueStore {
             perf: Perf::default(),
             state: Mutex::new(state),
             pipeline: Pipeline::default(),
+            commit: Mutex::new(CommitState::new(journal)),
+            records: record::Shared::new(m.journal.seq - 1),
             reads: ReadTracker::default(),
             failed: OnceLock::new(),
             committed: AtomicU64::new(m.next_seq - 1),
@@ -82,16 +91,8 @@ impl BlueStore {
             jdef_written: AtomicU64::new(m.journal.seq),
             jdef_synced: AtomicU64::new(m.journal.seq),
         });
-        let journal = Journal::new(
-            inner.sb.journal_id(),
-            (inner.sb.journal_start, inner.sb.journal_len),
-            m.journal,
-        );
         let bodies: Vec<(&str, ThreadBody)> = vec![
-            (
-                "cairn-bs-commit",
-                Box::new(move |i| commit_loop(i, journal)),
-            ),
+            ("cairn-bs-commit", Box::new(commit_loop)),
             ("cairn-bs-deferred", Box::new(deferred_loop)),
             ("cairn-bs-kvsync", Box::new(sync_loop)),
         ];
@@ -258,7 +259,15 @@ impl ObjectStore for BlueStore {
         let mut builder = Builder::new(&self.inner, &mut st);
         builder.build(&txn)?;
         let (done, commit) = Commit::pending();
-        builder.finish(done);
+        let prepared = builder.finish(done);
+        match try_inline(&self.inner, &prepared) {
+            Some(inline) => {
+                self.inner.pipeline.note_unapplied(&prepared);
+                drop(st);
+                inline.commit(prepared);
+            }
+            None => self.inner.pipeline.submit(prepared),
+        }
         Ok(commit)
     }
 

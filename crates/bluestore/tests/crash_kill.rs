@@ -35,7 +35,8 @@ const CHILD_START: &str = "CAIRN_CRASH_CHILD_START";
 const IN_FLIGHT: usize = 16;
 const DEVICE_BYTES: u64 = 128 << 20;
 
-fn open(dir: &Path, create: bool) -> Arc<BlueStore> {
+/// `inline`: see `MountOptions::inline_commits`.
+fn open(dir: &Path, create: bool, inline: bool) -> Arc<BlueStore> {
     let block = dir.join("block");
     if create {
         FileDevice::create_file(&block, DEVICE_BYTES).expect("block file");
@@ -51,7 +52,11 @@ fn open(dir: &Path, create: bool) -> Arc<BlueStore> {
     if create {
         mkfs(device.as_ref(), kv.as_ref(), &MkfsOptions::default()).expect("mkfs");
     }
-    BlueStore::mount(device, kv, MountOptions::default()).expect("mount")
+    let opts = MountOptions {
+        inline_commits: inline,
+        ..MountOptions::default()
+    };
+    BlueStore::mount(device, kv, opts).expect("mount")
 }
 
 /// Transaction `index` of the workload `seed`: the same every time, so the
@@ -121,7 +126,10 @@ fn crash_child_workload() {
     };
     let seed: u64 = seed.parse().expect("seed");
     let start: u64 = start.parse().expect("start");
-    let store = open(Path::new(&dir), false);
+    // Every other round with inline commits: a run of submissions from
+    // this one thread then commits on it, never through the record
+    // threads, which the other rounds cover.
+    let store = open(Path::new(&dir), false, (seed + start) % 2 == 0);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -151,7 +159,7 @@ fn kill9_mid_workload_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().expect("tempdir");
     let seed: u64 = rand::random();
     eprintln!("workload seed {seed}");
-    drop(open(dir.path(), true));
+    drop(open(dir.path(), true, true));
     let model = MemStore::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut applied = 0u64; // transactions in the model (and in the store)
@@ -160,7 +168,7 @@ fn kill9_mid_workload_loses_nothing_acknowledged() {
         let kill_after = rng.gen_range(10..200u64);
         let acked = run_child_until(dir.path(), seed, applied, kill_after);
         eprintln!("round {round}: killed after ack {acked:?} (started at {applied})");
-        let store = open(dir.path(), false);
+        let store = open(dir.path(), false, true);
         rt.block_on(async {
             let got = dump(&*store, &[]).await.expect("dump the store");
             // The store holds exactly a prefix: at least every acknowledged

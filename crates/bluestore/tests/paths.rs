@@ -355,3 +355,47 @@ async fn deferred_overwrites_from_grouped_and_lone_commits_apply_in_order() {
     let store = s.open();
     assert_bytes(&read_all(&*store, &a).await, &model, "after remount");
 }
+
+/// Small overwrites one at a time, on an idle store: after a few lone
+/// commits through the commit thread, each submitter writes its record
+/// itself and the commit is complete when `submit` returns. Switched off,
+/// none is; either way every write reads back, before and after a remount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_small_overwrites_commit_on_their_submitters_thread() {
+    for inline in [true, false] {
+        let mut s = MemStores::new(64 * MIB);
+        s.mount.inline_commits = inline;
+        let store = s.open();
+        let a = oid(C1, "a");
+        let mut model = pattern(1, 64 * KIB as usize);
+        commit(&*store, tx(|t| t.write(&a, 0, bytes(model.clone())))).await;
+        for i in 0..12u64 {
+            let at = (i as usize * 5000) % (60 * KIB as usize);
+            let data = pattern(100 + i, 3000);
+            model[at..at + data.len()].copy_from_slice(&data);
+            let before = store.perf().inline_commits;
+            let mut c = store
+                .submit(tx(|t| t.write(&a, at as u64, bytes(data.clone()))))
+                .expect("submit");
+            let inlined = store.perf().inline_commits > before;
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match std::future::Future::poll(std::pin::Pin::new(&mut c), &mut cx) {
+                std::task::Poll::Ready(r) => r.expect("commit"),
+                std::task::Poll::Pending => {
+                    assert!(!inlined, "an inline commit is complete when submit returns");
+                    c.await.expect("commit");
+                }
+            }
+        }
+        let p = store.perf();
+        if inline {
+            assert!(p.inline_commits >= 4, "inline commits: {p:?}");
+        } else {
+            assert_eq!(p.inline_commits, 0);
+        }
+        assert_bytes(&read_all(&*store, &a).await, &model, "object");
+        drop(store);
+        let store = s.open();
+        assert_bytes(&read_all(&*store, &a).await, &model, "after remount");
+    }
+}

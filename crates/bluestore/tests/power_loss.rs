@@ -168,7 +168,11 @@ async fn power_loss(policy: CrashPolicy, policy_index: u64) {
     for i in 0..iterations_per_policy() {
         let seed = 1000 * policy_index + i;
         let mut w = Workload::new(seed, Workload::objects(8), 384 * 1024, 300 * 1024);
-        let stores = CrashStores::new(32 * MIB);
+        let mut stores = CrashStores::new(32 * MIB);
+        // Half the runs with inline commits, half all through the
+        // pipeline threads (a run of submissions from one thread would
+        // otherwise commit on it).
+        stores.mount.inline_commits = i % 2 == 0;
         let store = stores.open().expect("mount");
         let label = format!("{policy:?} seed {seed}, first crash");
         let short = (15..50, 100);
@@ -221,7 +225,8 @@ async fn power_loss_after_the_journal_wrapped() {
         let policy = policies[i as usize % policies.len()];
         let seed = 9000 + i;
         let mut w = Workload::new(seed, Workload::objects(8), 256 * 1024, 8 * 1024);
-        let stores = CrashStores::new(32 * MIB);
+        let mut stores = CrashStores::new(32 * MIB);
+        stores.mount.inline_commits = i % 2 == 1;
         let store = stores.open().expect("mount");
         let label = format!("{policy:?} seed {seed}, long run");
         let (_stores, store, _base) = run_until_crash(

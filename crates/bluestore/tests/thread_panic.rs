@@ -71,6 +71,7 @@ impl BlockDevice for PanickyDevice {
 struct Setup {
     device: Arc<PanickyDevice>,
     kv: Arc<MemKv>,
+    inline: bool,
 }
 
 impl Setup {
@@ -82,6 +83,7 @@ impl Setup {
                 target,
             }),
             kv: Arc::new(MemKv::new()),
+            inline: false,
         };
         mkfs(s.device.as_ref(), s.kv.as_ref(), &MkfsOptions::default()).expect("mkfs");
         s
@@ -90,7 +92,15 @@ impl Setup {
     fn open(&self) -> Arc<BlueStore> {
         let device: Arc<dyn BlockDevice> = self.device.clone();
         let kv: Arc<dyn Kv> = self.kv.clone();
-        BlueStore::mount(device, kv, MountOptions::default()).expect("mount")
+        // Every commit through the pipeline threads: an inline commit
+        // (see `MountOptions::inline_commits`) runs on the test's own
+        // thread, which `inline_commit_panic_fails_the_store_and_loses_nothing`
+        // covers.
+        let opts = MountOptions {
+            inline_commits: self.inline,
+            ..MountOptions::default()
+        };
+        BlueStore::mount(device, kv, opts).expect("mount")
     }
 }
 
@@ -231,4 +241,52 @@ async fn a_record_thread_panic_fails_the_store_and_loses_nothing() {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_commit_panic_fails_the_store_and_loses_nothing() {
+    let _watchdog = Watchdog::new(60);
+    let mut s = Setup::new("cairn-test-submitter");
+    s.inline = true;
+    let store = s.open();
+    let a = oid(C1, "a");
+    let mut model = pattern(1, 64 * KIB as usize);
+    commit(&*store, tx(|t| t.write(&a, 0, bytes(model.clone())))).await;
+    // Small overwrites one at a time: after a few lone commits their
+    // submitter writes the records itself.
+    for i in 0..8u64 {
+        let at = i as usize * 8192;
+        let block = pattern(10 + i, 4096);
+        model[at..at + 4096].copy_from_slice(&block);
+        commit(
+            &*store,
+            tx(|t| t.write(&a, at as u64, bytes(block.clone()))),
+        )
+        .await;
+    }
+    assert!(
+        store.perf().inline_commits > 0,
+        "no inline commit: {:?}",
+        store.perf()
+    );
+    // The next one's submitter panics writing its record.
+    s.device.armed.store(true, Ordering::Release);
+    let submitted = {
+        let store = store.clone();
+        let a = a.clone();
+        std::thread::Builder::new()
+            .name("cairn-test-submitter".into())
+            .spawn(move || {
+                let _ = store.submit(tx(|t| t.write(&a, 4096, bytes(pattern(77, 4096)))));
+            })
+            .expect("spawn")
+            .join()
+    };
+    assert!(submitted.is_err(), "the submitter did not panic");
+    assert!(!s.device.armed.load(Ordering::Acquire), "no inline write");
+    assert_fails(&store, &a).await;
+    unmount_within(store, 20);
+    let store = s.open();
+    // The panicking write never reached the device, nor was it acknowledged.
+    assert_bytes(&read_all(&*store, &a).await, &model, "after remount");
 }

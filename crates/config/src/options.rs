@@ -326,6 +326,12 @@ section! {
         /// go through the commit journal (deferred) instead of new space; 0
         /// sends every write to new space.
         bluestore_deferred_max_bytes: u64 = 64 << 10, check any;
+        /// BlueStore: when the store has been committing one transaction
+        /// at a time and is idle, the submitter of a small transaction
+        /// writes its journal record itself instead of handing it to the
+        /// commit thread (lower latency at queue depth 1; the submitting
+        /// thread is busy for that write).
+        bluestore_inline_commits: bool = true, check any;
         /// BlueStore: checksum of stored data, verified on every read.
         bluestore_csum_type: ChecksumKind = ChecksumKind::Crc32c, check any;
         /// BlueStore: when to compress. Without client hints (not sent
