@@ -153,6 +153,17 @@ async fn assert_fails(store: &BlueStore, o: &ObjectId) {
     );
 }
 
+/// Eight 4 KiB overwrites of `a`, one at a time, each awaited, applied to
+/// `model` too.
+async fn overwrite_blocks(store: &BlueStore, a: &ObjectId, model: &mut [u8]) {
+    for i in 0..8u64 {
+        let at = i as usize * 8192;
+        let block = pattern(10 + i, 4096);
+        model[at..at + 4096].copy_from_slice(&block);
+        commit(store, tx(|t| t.write(a, at as u64, bytes(block.clone())))).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_thread_panic_fails_the_store_and_loses_nothing() {
     let _watchdog = Watchdog::new(60);
@@ -164,16 +175,7 @@ async fn a_deferred_thread_panic_fails_the_store_and_loses_nothing() {
     // Applied by the deferred thread, which then panics: each overwrite is
     // acknowledged (its journal record is durable) before that.
     s.device.armed.store(true, Ordering::Release);
-    for i in 0..8u64 {
-        let at = i as usize * 8192;
-        let block = pattern(10 + i, 4096);
-        model[at..at + 4096].copy_from_slice(&block);
-        commit(
-            &*store,
-            tx(|t| t.write(&a, at as u64, bytes(block.clone()))),
-        )
-        .await;
-    }
+    overwrite_blocks(&store, &a, &mut model).await;
     wait_for("the store to fail", || {
         !s.device.armed.load(Ordering::Acquire) && store.submit(tx(|t| t.touch(&a))).is_err()
     })
@@ -254,16 +256,7 @@ async fn an_inline_commit_panic_fails_the_store_and_loses_nothing() {
     commit(&*store, tx(|t| t.write(&a, 0, bytes(model.clone())))).await;
     // Small overwrites one at a time: after a few lone commits their
     // submitter writes the records itself.
-    for i in 0..8u64 {
-        let at = i as usize * 8192;
-        let block = pattern(10 + i, 4096);
-        model[at..at + 4096].copy_from_slice(&block);
-        commit(
-            &*store,
-            tx(|t| t.write(&a, at as u64, bytes(block.clone()))),
-        )
-        .await;
-    }
+    overwrite_blocks(&store, &a, &mut model).await;
     assert!(
         store.perf().inline_commits > 0,
         "no inline commit: {:?}",
