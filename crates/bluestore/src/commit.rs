@@ -250,7 +250,7 @@ pub(crate) struct Inline<'a>(Committer<'a>);
 /// the record is written on the submitter's thread and the commit is
 /// complete when [`Inline::commit`] returns: at queue depth 1 that saves
 /// the hand-offs to the commit thread and back (two thread wake-ups).
-/// Otherwise `None`, and `p` is to be queued as usual.
+/// Otherwise `None`, and `p` is to be queued as usual (`Pipeline::submit`).
 ///
 /// The commit state stays held until the commit is done, so any later
 /// transaction queues behind it; the state lock need not be.
@@ -288,6 +288,8 @@ pub(crate) fn try_inline<'a>(inner: &'a Arc<Inner>, p: &Prepared) -> Option<Inli
     if !c.st.journal.room(payload_len).0 {
         return None;
     }
+    // As `Pipeline::submit` would, still under the state lock.
+    inner.pipeline.note_unapplied(p);
     Some(Inline(c))
 }
 
@@ -423,9 +425,6 @@ impl Committer<'_> {
 
     /// Make a group durable, or start to. See the module docs.
     fn start_group(&mut self, group: &mut Vec<Prepared>) -> Result<(), String> {
-        if group.len() > 1 {
-            self.st.lone_streak = 0;
-        }
         let inner = self.inner.clone();
         if let Some(why) = inner.failed.get() {
             return Err(why.clone());

@@ -262,7 +262,6 @@ impl ObjectStore for BlueStore {
         let prepared = builder.finish(done);
         match try_inline(&self.inner, &prepared) {
             Some(inline) => {
-                self.inner.pipeline.note_unapplied(&prepared);
                 drop(st);
                 inline.commit(prepared);
             }
