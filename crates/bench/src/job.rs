@@ -11,8 +11,11 @@
 //! store spent about a third of its latency there.) Histograms are merged
 //! once, when the job ends.
 
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use cairn_volume::{Volume, VolumeError};
@@ -201,9 +204,11 @@ async fn job_loop<V: Volume>(
     };
     let iodepth = spec.iodepth as usize;
     let mut in_flight = FuturesUnordered::new();
+    // Operations that finished on their first poll, not yet counted.
+    let mut finished = VecDeque::new();
     let mut issuing = true;
     loop {
-        while issuing && in_flight.len() < iodepth {
+        while issuing && in_flight.len() + finished.len() < iodepth {
             let now = Instant::now();
             if now >= window.end || stop.load(Ordering::Relaxed) {
                 issuing = false;
@@ -214,11 +219,22 @@ async fn job_loop<V: Volume>(
                 OpKind::Read => Bytes::new(),
                 _ => data.clone(),
             };
-            in_flight.push(do_op(volume.clone(), kind, offset, spec.bs, buf, now));
+            // Started now, as fio starts an I/O when it queues it: left in
+            // `in_flight` unpolled, it would not reach the volume until
+            // every completion ahead of it had been handled.
+            let mut op = Box::pin(do_op(volume.clone(), kind, offset, spec.bs, buf, now));
+            match poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await {
+                Poll::Ready(done) => finished.push_back(done),
+                Poll::Pending => in_flight.push(op),
+            }
         }
         // Dropping `in_flight` on an early return aborts the other operations.
-        let Some(done) = in_flight.next().await else {
-            break;
+        let done = match finished.pop_front() {
+            Some(done) => done,
+            None => match in_flight.next().await {
+                Some(done) => done,
+                None => break,
+            },
         };
         // Operations that complete at once (a memory volume, cached reads)
         // would otherwise keep this loop from ever yielding, starving the
