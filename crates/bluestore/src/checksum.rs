@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 /// Checksum block size: every block of stored bytes has its own checksum.
 pub const CSUM_BLOCK: usize = 4096;
+/// Bytes of the widest checksum.
+pub const MAX_WIDTH: usize = 8;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ChecksumType {
@@ -45,15 +47,21 @@ impl ChecksumType {
         }
     }
 
-    /// Append the checksum of `block` to `out`.
-    fn push(self, block: &[u8], out: &mut Vec<u8>) {
+    /// The checksum of `block` in its stored form: the first
+    /// [`ChecksumType::width`] bytes of the array.
+    pub fn of(self, block: &[u8]) -> [u8; MAX_WIDTH] {
+        let mut out = [0u8; MAX_WIDTH];
         match self {
             ChecksumType::None => {}
-            ChecksumType::Crc32c => out.extend_from_slice(&crc32c::crc32c(block).to_le_bytes()),
-            ChecksumType::Xxhash64 => {
-                out.extend_from_slice(&xxhash_rust::xxh64::xxh64(block, 0).to_le_bytes())
-            }
+            ChecksumType::Crc32c => out[..4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes()),
+            ChecksumType::Xxhash64 => out = xxhash_rust::xxh64::xxh64(block, 0).to_le_bytes(),
         }
+        out
+    }
+
+    /// Append the checksum of `block` to `out`.
+    fn push(self, block: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.of(block)[..self.width()]);
     }
 
     /// Checksums of every [`CSUM_BLOCK`] of `data` (a multiple of it).
@@ -72,9 +80,7 @@ impl ChecksumType {
         if w == 0 {
             return;
         }
-        let mut one = Vec::with_capacity(w);
-        self.push(block, &mut one);
-        csums[index * w..(index + 1) * w].copy_from_slice(&one);
+        csums[index * w..(index + 1) * w].copy_from_slice(&self.of(block)[..w]);
     }
 
     /// Check `data`, which starts at block `first` of a blob whose
@@ -84,12 +90,9 @@ impl ChecksumType {
         if w == 0 {
             return Ok(());
         }
-        let mut one = Vec::with_capacity(w);
         for (i, block) in data.chunks(CSUM_BLOCK).enumerate() {
-            one.clear();
-            self.push(block, &mut one);
             let at = (first + i) * w;
-            if csums.get(at..at + w) != Some(&one[..]) {
+            if csums.get(at..at + w) != Some(&self.of(block)[..w]) {
                 return Err(first + i);
             }
         }

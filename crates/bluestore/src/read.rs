@@ -21,7 +21,7 @@ use cairn_device::BlockDevice;
 use cairn_store::{ObjectId, StoreError};
 
 use crate::cache::BufferCache;
-use crate::checksum::ChecksumType;
+use crate::checksum::{ChecksumType, MAX_WIDTH};
 use crate::onode::{Blob, Onode, Piece, BLOCK};
 use crate::perf::Perf;
 
@@ -35,7 +35,8 @@ pub(crate) struct RawBlock {
     /// Logical offset of the block's first byte (for error messages).
     pub logical: u64,
     pub csum: ChecksumType,
-    pub expect: Vec<u8>,
+    /// The block's checksum: the first `csum.width()` bytes.
+    pub expect: [u8; MAX_WIDTH],
 }
 
 #[derive(Clone, Debug)]
@@ -60,7 +61,6 @@ pub(crate) enum Segment {
 /// A planned read of `[offset, offset + len)`.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
-    pub oid: ObjectId,
     pub segments: Vec<Segment>,
 }
 
@@ -108,10 +108,7 @@ pub(crate) fn plan(
         }
         at = stop;
     }
-    Ok(Plan {
-        oid: oid.clone(),
-        segments,
-    })
+    Ok(Plan { segments })
 }
 
 fn segment(
@@ -141,15 +138,15 @@ fn segment(
     for (phys, rlen) in ranges {
         for k in 0..rlen / BLOCK {
             let i = index - first as usize;
+            let mut expect = [0u8; MAX_WIDTH];
+            if let Some(stored) = b.csums.get(index * w..(index + 1) * w) {
+                expect[..w].copy_from_slice(stored);
+            }
             blocks.push(RawBlock {
                 phys: phys + k * BLOCK,
                 logical: block_logical + i as u64 * BLOCK,
                 csum: b.csum,
-                expect: b
-                    .csums
-                    .get(index * w..(index + 1) * w)
-                    .unwrap_or_default()
-                    .to_vec(),
+                expect,
             });
             index += 1;
         }
@@ -176,6 +173,31 @@ impl Sources<'_> {
             return Some(b.clone());
         }
         self.cache.get(phys)
+    }
+
+    /// One block, from memory or the device; `check`ed if read from the
+    /// device, and then cached.
+    async fn block(
+        &self,
+        b: &RawBlock,
+        check: impl Fn(&[u8]) -> Result<(), StoreError>,
+    ) -> Result<Bytes, StoreError> {
+        if let Some(got) = self.cached(b.phys) {
+            return Ok(got);
+        }
+        let buf = self
+            .device
+            .read(b.phys, BLOCK)
+            .await
+            .map_err(crate::state::device_error)?;
+        self.perf.device_reads.fetch_add(1, Ordering::Relaxed);
+        self.perf
+            .device_read_bytes
+            .fetch_add(BLOCK, Ordering::Relaxed);
+        let block = Bytes::from_owner(buf);
+        check(&block)?;
+        self.cache.insert_clean(b.phys, block.clone(), true);
+        Ok(block)
     }
 
     /// Blocks `phys` (each 4 KiB) in order, from memory or the device; each
@@ -252,8 +274,17 @@ pub(crate) fn note_checksum_error(perf: &Perf, e: &StoreError) {
     }
 }
 
-/// Carry out `plan`, appending the bytes to `out`.
+impl RawBlock {
+    fn check(&self, oid: &ObjectId, data: &[u8]) -> Result<(), StoreError> {
+        self.csum
+            .verify(&self.expect[..self.csum.width()], 0, data)
+            .map_err(|_| mismatch(oid, self.logical, self.phys))
+    }
+}
+
+/// Carry out `plan` for object `oid`, appending the bytes to `out`.
 pub(crate) async fn fetch(
+    oid: &ObjectId,
     plan: &Plan,
     src: &Sources<'_>,
     out: &mut Vec<u8>,
@@ -261,15 +292,21 @@ pub(crate) async fn fetch(
     for seg in &plan.segments {
         match seg {
             Segment::Zeros(len) => out.resize(out.len() + *len as usize, 0),
+            Segment::Raw { blocks, skip, len } if blocks.len() == 1 => {
+                // One block (a small random read): no run bookkeeping.
+                let block = src
+                    .block(&blocks[0], |data| blocks[0].check(oid, data))
+                    .await?;
+                let (from, n) = (*skip as usize, *len as usize);
+                let bytes = block.get(from..from + n).ok_or_else(|| {
+                    StoreError::Corrupt(format!("{oid}: read of {n} bytes at {from} in one block"))
+                })?;
+                out.extend_from_slice(bytes);
+            }
             Segment::Raw { blocks, skip, len } => {
                 let wanted: Vec<u64> = blocks.iter().map(|b| b.phys).collect();
                 let got = src
-                    .blocks(&wanted, |i, data| {
-                        let b = &blocks[i];
-                        b.csum
-                            .verify(&b.expect, 0, data)
-                            .map_err(|_| mismatch(&plan.oid, b.logical, b.phys))
-                    })
+                    .blocks(&wanted, |i, data| blocks[i].check(oid, data))
                     .await?;
                 let mut left = (*skip as usize, *len as usize);
                 for block in got {
@@ -288,7 +325,7 @@ pub(crate) async fn fetch(
                 skip,
                 len,
             } => {
-                let raw = inflate(&plan.oid, blob, *logical, src).await?;
+                let raw = inflate(oid, blob, *logical, src).await?;
                 out.extend_from_slice(&raw[*skip as usize..(*skip + *len) as usize]);
             }
         }

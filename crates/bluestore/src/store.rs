@@ -302,7 +302,7 @@ impl ObjectStore for BlueStore {
             let mut out = Vec::with_capacity(len as usize);
             let mut replans = 0;
             loop {
-                let Err(e) = read::fetch(&plan, &src, &mut out).await else {
+                let Err(e) = read::fetch(&oid, &plan, &src, &mut out).await else {
                     break;
                 };
                 // A deferred write rewrites blocks in place: one that

@@ -117,7 +117,7 @@ impl Builder<'_> {
                 staged: Some(&self.staged),
                 perf: &self.inner.perf,
             };
-            block_on(read::fetch(&plan, &src, &mut out))
+            block_on(read::fetch(oid, &plan, &src, &mut out))
                 .inspect_err(|e| read::note_checksum_error(&self.inner.perf, e))?;
         }
         out.resize(len as usize, 0);

@@ -35,6 +35,19 @@ impl AlignedBuf {
         unsafe { Self::allocate(round_up(len), true) }
     }
 
+    /// A buffer of `len` bytes rounded up to a multiple of [`BLOCK_SIZE`],
+    /// not cleared: a device read fills it, so zeroing first would only
+    /// cost a pass over the memory.
+    ///
+    /// # Safety
+    /// Every byte is written through [`AlignedBuf::as_mut_ptr`] (by the
+    /// kernel) before the buffer is read through `Deref`/`DerefMut` or
+    /// handed to safe code; a buffer whose read failed is only dropped.
+    pub(crate) unsafe fn for_read(len: usize) -> Self {
+        // SAFETY: the caller's contract is `allocate`'s.
+        unsafe { Self::allocate(round_up(len), false) }
+    }
+
     /// An allocation of `len` bytes (a multiple of [`BLOCK_SIZE`]),
     /// zero-filled if `zero`.
     ///

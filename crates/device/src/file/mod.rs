@@ -347,7 +347,10 @@ impl BlockDevice for FileDevice {
             return ready(Ok(AlignedBuf::zeroed(0)));
         }
         let (tx, fut) = done::read();
-        let buf = AlignedBuf::zeroed(len as usize);
+        // SAFETY: both engines write the buffer only through its raw
+        // pointer and hand it back only once every byte has been read
+        // into it; a failed read drops it unread.
+        let buf = unsafe { AlignedBuf::for_read(len as usize) };
         self.engine
             .submit(std::iter::once(Request::Read { offset, buf, tx }));
         fut

@@ -10,7 +10,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use crate::DeviceError;
+use crate::{AlignedBuf, DeviceError};
 
 /// `_IOR(0x12, 114, size_t)`: size in bytes of a block device.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -23,18 +23,20 @@ fn last_errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// Read exactly `buf.len()` bytes at `offset`.
-pub(crate) fn pread_full(fd: RawFd, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-    let total = buf.len() as u64;
+/// Read exactly `buf.len()` bytes at `offset`, writing only through the
+/// buffer's raw pointer (it may not be initialised yet).
+pub(crate) fn pread_full(fd: RawFd, buf: &mut AlignedBuf, offset: u64) -> Result<(), DeviceError> {
+    let total = buf.len();
+    let base = buf.as_mut_ptr();
     let mut done = 0usize;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: `rest` is a valid writable region of `rest.len()` bytes.
+    while done < total {
+        // SAFETY: `base + done .. base + total` lies within the buffer's
+        // allocation, which `buf` keeps alive and exclusively borrowed.
         let n = unsafe {
             libc::pread(
                 fd,
-                rest.as_mut_ptr().cast(),
-                rest.len(),
+                base.add(done).cast(),
+                total - done,
                 (offset + done as u64) as libc::off_t,
             )
         };
@@ -44,13 +46,13 @@ pub(crate) fn pread_full(fd: RawFd, buf: &mut [u8], offset: u64) -> Result<(), D
                 return Err(DeviceError::Io {
                     op: "read",
                     offset,
-                    len: total,
+                    len: total as u64,
                     source: io::ErrorKind::UnexpectedEof.into(),
                 })
             }
             _ => match last_errno() {
                 libc::EINTR | libc::EAGAIN => continue,
-                e => return Err(DeviceError::errno("read", offset, total, e)),
+                e => return Err(DeviceError::errno("read", offset, total as u64, e)),
             },
         }
     }
