@@ -193,14 +193,20 @@ impl Volume for StoreVolume {
             .collect();
         if reads.len() == 1 {
             if let Some((piece, read)) = reads.pop() {
-                // One piece (the usual case): hand the store's buffer back as is.
-                let mut buf = match read.await {
+                // One piece (the usual case): hand the store's bytes back
+                // as they are, unless the object ends short of the piece.
+                let buf = match read.await {
                     Ok(buf) => buf,
-                    Err(StoreError::NotFound(_)) => Vec::new(),
+                    Err(StoreError::NotFound(_)) => Bytes::new(),
                     Err(e) => return Err(volume_error(e)),
                 };
-                buf.resize(piece.len as usize, 0);
-                return Ok(Bytes::from(buf));
+                if buf.len() as u64 == piece.len {
+                    return Ok(buf);
+                }
+                let mut padded = BytesMut::zeroed(piece.len as usize);
+                let n = buf.len().min(padded.len());
+                padded[..n].copy_from_slice(&buf[..n]);
+                return Ok(padded.freeze());
             }
         }
         let mut out = BytesMut::zeroed(len as usize);

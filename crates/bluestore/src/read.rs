@@ -282,6 +282,31 @@ impl RawBlock {
     }
 }
 
+/// Carry out `plan` for object `oid`, whose bytes number `len`. A read
+/// within one block is that block's cached bytes, not a copy.
+pub(crate) async fn fetch_bytes(
+    oid: &ObjectId,
+    plan: &Plan,
+    src: &Sources<'_>,
+    len: u64,
+) -> Result<Bytes, StoreError> {
+    if let [Segment::Raw { blocks, skip, len }] = plan.segments.as_slice() {
+        if let [b] = blocks.as_slice() {
+            let block = src.block(b, |data| b.check(oid, data)).await?;
+            let (from, n) = (*skip as usize, *len as usize);
+            if from + n > block.len() {
+                return Err(StoreError::Corrupt(format!(
+                    "{oid}: read of {n} bytes at {from} in one block"
+                )));
+            }
+            return Ok(block.slice(from..from + n));
+        }
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    fetch(oid, plan, src, &mut out).await?;
+    Ok(Bytes::from(out))
+}
+
 /// Carry out `plan` for object `oid`, appending the bytes to `out`.
 pub(crate) async fn fetch(
     oid: &ObjectId,

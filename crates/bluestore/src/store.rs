@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use cairn_device::BlockDevice;
 use cairn_kv::{scan_all, Kv};
 use cairn_store::{
@@ -270,7 +271,7 @@ impl ObjectStore for BlueStore {
         Ok(commit)
     }
 
-    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Vec<u8>>> {
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>> {
         let inner = self.inner.clone();
         let oid = oid.clone();
         let wanted = len;
@@ -299,11 +300,11 @@ impl ObjectStore for BlueStore {
                 staged: None,
                 perf: &inner.perf,
             };
-            let mut out = Vec::with_capacity(len as usize);
             let mut replans = 0;
-            loop {
-                let Err(e) = read::fetch(&oid, &plan, &src, &mut out).await else {
-                    break;
+            let out = loop {
+                let e = match read::fetch_bytes(&oid, &plan, &src, len).await {
+                    Ok(out) => break out,
+                    Err(e) => e,
                 };
                 // A deferred write rewrites blocks in place: one that
                 // reached the device after this read was planned fails the
@@ -321,14 +322,13 @@ impl ObjectStore for BlueStore {
                     if !Arc::ptr_eq(&current, &planned_from) {
                         (plan, planned_from, len) =
                             plan_read(&inner, &oid, current, offset, wanted)?;
-                        out.clear();
                         replans += 1;
                         continue;
                     }
                 }
                 read::note_checksum_error(&inner.perf, &e);
                 return Err(e);
-            }
+            };
             inner.perf.reads.fetch_add(1, Ordering::Relaxed);
             inner.perf.read_bytes.fetch_add(len, Ordering::Relaxed);
             Ok(out)

@@ -32,7 +32,12 @@ fn flip(s: &MemStores, at: u64) {
 }
 
 #[track_caller]
-fn expect_checksum_error(r: cairn_store::Result<Vec<u8>>, o: &ObjectId, offset: u64, phys: u64) {
+fn expect_checksum_error(
+    r: cairn_store::Result<bytes::Bytes>,
+    o: &ObjectId,
+    offset: u64,
+    phys: u64,
+) {
     match r {
         Err(StoreError::Checksum {
             oid,

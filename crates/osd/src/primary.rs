@@ -414,8 +414,7 @@ pub(crate) async fn execute_reads(
                 if *len > (64 << 20) {
                     return Err(OpError::Invalid("read longer than 64 MiB".into()));
                 }
-                let data = store.read(oid, *offset, *len).await.map_err(store_error)?;
-                OpOutput::Data(Bytes::from(data))
+                OpOutput::Data(store.read(oid, *offset, *len).await.map_err(store_error)?)
             }
             ObjOp::Stat => OpOutput::Stat {
                 size: store.stat(oid).map_err(store_error)?.size,

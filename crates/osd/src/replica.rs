@@ -193,7 +193,7 @@ impl Osd {
                 .map_err(|e| e.to_string())?;
             copies.push(ObjectCopy {
                 name: name.clone(),
-                data: Some(Bytes::from(data)),
+                data: Some(data),
                 attrs: attrs
                     .into_iter()
                     .map(|(k, v)| (k, Bytes::from(v)))

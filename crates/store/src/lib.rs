@@ -34,6 +34,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use bytes::Bytes;
+
 pub use cairn_types::{PgId, Version};
 pub use txn::{Transaction, TxOp};
 
@@ -177,8 +179,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn submit(&self, txn: Transaction) -> Result<Commit>;
 
     /// Read `len` bytes at `offset`. Holes read as zeros; the result is short
-    /// only at the end of the object (empty if `offset >= size`).
-    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Vec<u8>>>;
+    /// only at the end of the object (empty if `offset >= size`). A store
+    /// may hand out bytes it also caches (shared, never changed in place).
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>>;
 
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat>;
 

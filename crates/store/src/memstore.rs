@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use bytes::Bytes;
 use parking_lot::RwLock;
 
 use crate::meta::{DataOp, Meta};
@@ -138,7 +139,7 @@ impl ObjectStore for MemStore {
         Ok(Commit::ready(Ok(())))
     }
 
-    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> crate::BoxFuture<Result<Vec<u8>>> {
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> crate::BoxFuture<Result<Bytes>> {
         let result = (|| {
             let inner = self.inner.read();
             let size = inner.meta.object(oid)?.size;
@@ -147,7 +148,7 @@ impl ObjectStore for MemStore {
             if let Some(sparse) = inner.data.get(oid) {
                 sparse.read_into(offset, &mut buf);
             }
-            Ok(buf)
+            Ok(Bytes::from(buf))
         })();
         Box::pin(std::future::ready(result))
     }

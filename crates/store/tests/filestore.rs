@@ -76,7 +76,7 @@ async fn commit(store: &dyn ObjectStore, t: Transaction) -> Result<(), StoreErro
 
 async fn read_all(store: &dyn ObjectStore, name: &str) -> Option<Vec<u8>> {
     match store.read(&oid(name), 0, 1 << 20).await {
-        Ok(data) => Some(data),
+        Ok(data) => Some(data.to_vec()),
         Err(StoreError::NotFound(_)) => None,
         Err(e) => panic!("read {name}: {e}"),
     }

@@ -136,7 +136,7 @@ pub async fn commit(store: &dyn ObjectStore, t: Transaction) {
 /// Read `[offset, offset + len)`; panics on error.
 pub async fn read(store: &dyn ObjectStore, o: &ObjectId, offset: u64, len: u64) -> Vec<u8> {
     match store.read(o, offset, len).await {
-        Ok(v) => v,
+        Ok(v) => v.to_vec(),
         Err(e) => panic!("read {o} {offset}+{len}: {e:?}"),
     }
 }

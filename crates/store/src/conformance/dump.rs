@@ -47,7 +47,7 @@ pub async fn dump(store: &dyn ObjectStore, coll_attr_keys: &[&str]) -> Result<St
         for name in store.list_objects(coll)? {
             let oid = ObjectId::new(coll, name.clone());
             let size = store.stat(&oid)?.size;
-            let data = store.read(&oid, 0, size).await?;
+            let data = store.read(&oid, 0, size).await?.to_vec();
             let mut omap = Vec::new();
             loop {
                 let after = omap.last().map(|(k, _): &(String, Vec<u8>)| k.clone());

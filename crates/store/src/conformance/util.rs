@@ -43,7 +43,7 @@ pub(super) async fn commit(store: &dyn ObjectStore, t: Transaction) {
 
 pub(super) async fn read(store: &dyn ObjectStore, o: &ObjectId, offset: u64, len: u64) -> Vec<u8> {
     ok(
-        store.read(o, offset, len).await,
+        store.read(o, offset, len).await.map(|b| b.to_vec()),
         &format!("read {o} {offset}+{len}"),
     )
 }

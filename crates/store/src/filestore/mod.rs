@@ -55,6 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::meta::Meta;
@@ -337,7 +338,7 @@ impl ObjectStore for FileStore {
         Ok(commit)
     }
 
-    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Vec<u8>>> {
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>> {
         let handle = tokio::runtime::Handle::try_current();
         match handle {
             Ok(handle) if len > INLINE_READ_MAX => {
@@ -345,12 +346,16 @@ impl ObjectStore for FileStore {
                 let oid = oid.clone();
                 let task = handle.spawn_blocking(move || shared.read(&oid, offset, len));
                 Box::pin(async move {
-                    task.await.map_err(|e| {
-                        StoreError::Io(std::io::Error::other(format!("read task failed: {e}")))
-                    })?
+                    task.await
+                        .map_err(|e| {
+                            StoreError::Io(std::io::Error::other(format!("read task failed: {e}")))
+                        })?
+                        .map(Bytes::from)
                 })
             }
-            _ => Box::pin(std::future::ready(self.shared.read(oid, offset, len))),
+            _ => Box::pin(std::future::ready(
+                self.shared.read(oid, offset, len).map(Bytes::from),
+            )),
         }
     }
 
