@@ -369,7 +369,7 @@ fn bad_arguments_are_one_line_and_touch_nothing() {
         (&["--size", "0"], "--size"),
         (&["--size", "lots"], "invalid size"),
         (&["--runtime", "0"], "--runtime"),
-        (&["--points", "4k-randwrite-7"], "unknown point"),
+        (&["--points", "4k-randwrite-2000"], "unknown point"),
         (&["--set", "osd.no_such_option=1"], "no_such_option"),
         (
             &["--set", "osd.bluestore_csum_type=md5"],

@@ -66,7 +66,8 @@ pub struct StoreBenchArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Run only these points, as BS-RW-IODEPTH, comma-separated or repeated
-    /// (e.g. 4k-randwrite-1,4k-randread-32). Default: all 12.
+    /// (e.g. 4k-randwrite-1,4k-randread-32; any queue depth from 1 to 1024
+    /// of the matrix's workloads). Default: all 12.
     #[arg(long, value_delimiter = ',', value_name = "POINT,...")]
     points: Vec<String>,
     /// Skip the raw fio comparison.
@@ -107,33 +108,54 @@ impl Point {
     }
 }
 
-/// The points `--points` selects, in matrix order.
+/// Deepest queue a `--points` entry may ask for.
+const MAX_POINT_DEPTH: u32 = 1024;
+
+/// The points `--points` selects, in matrix order (workload, then queue
+/// depth). A point names one of the matrix's workloads at any queue depth
+/// from 1 to [`MAX_POINT_DEPTH`], e.g. `64k-randwrite-8`.
 fn select_points(filter: &[String]) -> Result<Vec<Point>> {
     let all = Point::all();
     if filter.is_empty() {
         return Ok(all);
     }
-    let mut wanted = Vec::new();
+    let mut wanted: Vec<(usize, Point)> = Vec::new();
     for word in filter {
         let word = word.trim().to_ascii_lowercase();
         if word.is_empty() {
             continue;
         }
-        match all.iter().find(|p| p.name() == word) {
-            Some(p) => wanted.push(*p),
-            None => {
-                let names: Vec<String> = all.iter().map(Point::name).collect();
-                bail!(
-                    "unknown point '{word}' in --points (points are {})",
-                    names.join(", ")
-                );
-            }
+        let point = parse_point(&word).ok_or_else(|| {
+            let names: Vec<String> = all.iter().map(Point::name).collect();
+            anyhow!(
+                "unknown point '{word}' in --points (points are {}, or any of their \
+                 workloads at a queue depth from 1 to {MAX_POINT_DEPTH})",
+                names.join(", ")
+            )
+        })?;
+        if !wanted.iter().any(|(_, p)| *p == point.1) {
+            wanted.push(point);
         }
     }
     if wanted.is_empty() {
         bail!("--points selects no point");
     }
-    Ok(all.into_iter().filter(|p| wanted.contains(p)).collect())
+    wanted.sort_by_key(|&(w, p)| (w, p.iodepth));
+    Ok(wanted.into_iter().map(|(_, p)| p).collect())
+}
+
+/// `BS-RW-IODEPTH` as a point, with the index of its workload.
+fn parse_point(word: &str) -> Option<(usize, Point)> {
+    let (workload, depth) = word.rsplit_once('-')?;
+    let iodepth: u32 = depth.parse().ok()?;
+    if !(1..=MAX_POINT_DEPTH).contains(&iodepth) {
+        return None;
+    }
+    WORKLOADS.iter().enumerate().find_map(|(i, &(rw, bs))| {
+        let p = Point { rw, bs, iodepth };
+        let name = p.name();
+        (name.rsplit_once('-')?.0 == workload).then_some((i, p))
+    })
 }
 
 /// Everything the arguments say, checked before anything is touched.
@@ -285,11 +307,24 @@ mod tests {
             f(&["1M-read-32", "4k-randwrite-1", " 4k-randwrite-1 "]).ok(),
             Some(vec!["4k-randwrite-1".to_string(), "1m-read-32".to_string()])
         );
-        let err = f(&["4k-randwrite-16"]).map(|_| ()).unwrap_err().to_string();
-        assert!(
-            err.contains("4k-randwrite-16") && err.contains("1m-read-32"),
-            "{err}"
+        // Any depth of a matrix workload, sorted in with the others.
+        assert_eq!(
+            f(&["64k-randwrite-8", "4k-randread-32", "64k-randwrite-2"]).ok(),
+            Some(vec![
+                "4k-randread-32".to_string(),
+                "64k-randwrite-2".to_string(),
+                "64k-randwrite-8".to_string(),
+            ])
         );
+        for bad in [
+            "4k-randwrite-0",
+            "4k-randwrite-1025",
+            "8k-randwrite-1",
+            "4k-randwrite",
+        ] {
+            let err = f(&[bad]).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(bad) && err.contains("1m-read-32"), "{err}");
+        }
         assert!(f(&[""]).is_err());
     }
 }
