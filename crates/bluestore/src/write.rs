@@ -4,8 +4,10 @@
 //! paths:
 //!
 //! - **Deferred** (in place, through the commit journal): when the piece, widened to
-//!   whole 4 KiB blocks, is at most `deferred_max_bytes` and every block is
-//!   already allocated to raw (uncompressed) data of the object. The new
+//!   whole 4 KiB blocks, is at most `deferred_max_bytes` (at most
+//!   `deferred_busy_max_bytes` while other transactions queue for their
+//!   commit) and every block is already allocated to raw (uncompressed)
+//!   data of the object. The new
 //!   blocks travel in the commit's journal record (never in the key-value
 //!   store) and are written to their place on the device after the commit.
 //!   One durable record write acknowledges it.
@@ -29,6 +31,7 @@ use cairn_store::{ObjectId, StoreError};
 use crate::builder::Builder;
 use crate::compression::maybe_compress;
 use crate::onode::{Blob, Extent, Onode, Piece, Shard, BLOCK};
+use crate::options::DEFER_BUSY_UNACKED;
 use crate::read::{self, Sources};
 
 /// Blocks of new blobs this large are not kept in the cache once written.
@@ -203,6 +206,13 @@ impl Builder<'_> {
             || self.inner.deferred_backlog.load(Ordering::Relaxed) > opts.deferred_backlog_bytes
         {
             return Ok(false);
+        }
+        if b - a > opts.deferred_busy_max_bytes {
+            // Transactions before this one not yet acknowledged.
+            let acked = self.inner.acked.load(Ordering::Acquire);
+            if self.seq.saturating_sub(acked + 1) >= DEFER_BUSY_UNACKED {
+                return Ok(false);
+            }
         }
         // Every block must be raw, live blob space: (device offset, blob, block).
         let mut targets: Vec<(u64, u32, usize)> = Vec::new();

@@ -56,6 +56,8 @@ async fn a_full_journal_waits_for_its_deferred_writes() {
         journal_size: 1 << 20,
         ..MkfsOptions::default()
     };
+    // 64 KiB overwrites stay deferred with eight in flight.
+    s.mount.deferred_busy_max_bytes = 64 * KIB;
     let store = s.open();
     let objects: Vec<_> = (0..8).map(|i| oid(C1, &format!("o{i}"))).collect();
     let mut models = Vec::new();

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use cairn_store::ObjectStore;
 use common::*;
 use rand::rngs::StdRng;
@@ -397,5 +399,160 @@ async fn lone_small_overwrites_commit_on_their_submitters_thread() {
         drop(store);
         let store = s.open();
         assert_bytes(&read_all(&*store, &a).await, &model, "after remount");
+    }
+}
+
+/// A memory device whose durable (journal) writes wait while `held`.
+struct HeldJournal {
+    inner: Arc<cairn_device::MemDevice>,
+    held: parking_lot::Mutex<bool>,
+    released: parking_lot::Condvar,
+}
+
+impl HeldJournal {
+    fn set(&self, held: bool) {
+        *self.held.lock() = held;
+        self.released.notify_all();
+    }
+}
+
+impl cairn_device::BlockDevice for HeldJournal {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> cairn_device::BoxFuture<Result<cairn_device::AlignedBuf, cairn_device::DeviceError>> {
+        self.inner.read(offset, len)
+    }
+    fn write(
+        &self,
+        offset: u64,
+        buf: cairn_device::AlignedBuf,
+    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
+        self.inner.write(offset, buf)
+    }
+    fn write_many(
+        &self,
+        writes: Vec<(u64, cairn_device::AlignedBuf)>,
+    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
+        self.inner.write_many(writes)
+    }
+    fn write_durable(
+        &self,
+        offset: u64,
+        buf: cairn_device::AlignedBuf,
+    ) -> Result<(), cairn_device::DeviceError> {
+        let mut held = self.held.lock();
+        while *held {
+            self.released.wait(&mut held);
+        }
+        drop(held);
+        self.inner.write_durable(offset, buf)
+    }
+    fn flush(&self) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
+        self.inner.flush()
+    }
+    fn discard(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
+        self.inner.discard(offset, len)
+    }
+}
+
+/// 64 KiB overwrites (above `deferred_busy_max_bytes`, within
+/// `deferred_max_bytes`) are deferred while the store is idle, and go to
+/// new space once four or more transactions wait for their commit; 4 KiB
+/// ones stay deferred either way. All of them read back, before and after
+/// a remount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
+    let mut s = MemStores::new(64 * MIB);
+    // Each transaction goes to the commit thread (none is committed on its
+    // submitter's thread before `submit` returns), so a burst queues.
+    s.mount.inline_commits = false;
+    let mut mount = s.mount.clone();
+    s.open(); // mkfs
+    let device = Arc::new(HeldJournal {
+        inner: s.device.clone(),
+        held: parking_lot::Mutex::new(false),
+        released: parking_lot::Condvar::new(),
+    });
+    let kv: Arc<dyn cairn_kv::Kv> = s.kv.clone();
+    mount.deferred_busy_max_bytes = 32 * KIB;
+    let store = cairn_bluestore::BlueStore::mount(device.clone(), kv.clone(), mount.clone())
+        .expect("mount");
+    let unit = 64 * KIB as usize;
+    let objects: Vec<_> = (0..8).map(|i| oid(C1, &format!("o{i}"))).collect();
+    let mut models: Vec<Vec<u8>> = (0..8).map(|i| pattern(i, unit)).collect();
+    for (o, m) in objects.iter().zip(&models) {
+        commit(&*store, tx(|t| t.write(o, 0, bytes(m.clone())))).await;
+    }
+
+    // Alone: deferred.
+    let (def0, dir0) = paths(&store);
+    models[0] = pattern(50, unit);
+    commit(
+        &*store,
+        tx(|t| t.write(&objects[0], 0, bytes(models[0].clone()))),
+    )
+    .await;
+    assert_eq!(paths(&store), (def0 + 1, dir0), "a lone 64 KiB overwrite");
+
+    // Eight at once while the journal holds the first record: the first
+    // sees none waiting and is deferred, and from the fifth on at least
+    // four wait, so they go to new space.
+    device.set(true);
+    let (def1, dir1) = paths(&store);
+    let mut pending = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        models[i] = pattern(60 + i as u64, unit);
+        let data = bytes(models[i].clone());
+        pending.push(store.submit(tx(|t| t.write(o, 0, data))).expect("submit"));
+    }
+    let (def2, dir2) = paths(&store);
+    device.set(false);
+    for c in pending {
+        c.await.expect("commit");
+    }
+    // (A transaction of the store's own, retiring applied deferred writes,
+    // may join the queue too and make one fewer deferred.)
+    let (deferred, direct) = (def2 - def1, dir2 - dir1);
+    assert_eq!(deferred + direct, 8, "one path per overwrite");
+    assert!(
+        (1..=4).contains(&deferred),
+        "deferred while fewer than four waited: {deferred}"
+    );
+
+    // 4 KiB overwrites in a burst stay deferred.
+    device.set(true);
+    let (def3, dir3) = paths(&store);
+    let mut pending = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        let small = pattern(90 + i as u64, 4096);
+        models[i][8192..12288].copy_from_slice(&small);
+        pending.push(
+            store
+                .submit(tx(|t| t.write(o, 8192, bytes(small.clone()))))
+                .expect("submit"),
+        );
+    }
+    assert_eq!(paths(&store), (def3 + 8, dir3), "4 KiB overwrites");
+    device.set(false);
+    for c in pending {
+        c.await.expect("commit");
+    }
+
+    for (o, m) in objects.iter().zip(&models) {
+        assert_bytes(&read_all(&*store, o).await, m, "object");
+    }
+    drop(store);
+    let store = cairn_bluestore::BlueStore::mount(device, kv, mount).expect("remount");
+    for (o, m) in objects.iter().zip(&models) {
+        assert_bytes(&read_all(&*store, o).await, m, "after remount");
     }
 }

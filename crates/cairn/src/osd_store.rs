@@ -263,6 +263,7 @@ fn cache_options(conf: &OsdConfig) -> CacheOptions {
 pub fn mount_options(conf: &OsdConfig, paths: &BluePaths) -> MountOptions {
     MountOptions {
         deferred_max_bytes: conf.bluestore_deferred_max_bytes,
+        deferred_busy_max_bytes: conf.bluestore_deferred_busy_max_bytes,
         inline_commits: conf.bluestore_inline_commits,
         checksum: match conf.bluestore_csum_type {
             ChecksumKind::Crc32c => ChecksumType::Crc32c,

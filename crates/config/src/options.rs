@@ -326,6 +326,11 @@ section! {
         /// go through the commit journal (deferred) instead of new space; 0
         /// sends every write to new space.
         bluestore_deferred_max_bytes: u64 = 64 << 10, check any;
+        /// BlueStore: overwrites larger than this are deferred only while
+        /// the store is lightly loaded (fewer than four other transactions
+        /// waiting for their commit); under load they go to new space, so
+        /// their data reaches the device once instead of twice.
+        bluestore_deferred_busy_max_bytes: u64 = 32 << 10, check any;
         /// BlueStore: when the store has been committing one transaction
         /// at a time and is idle, the submitter of a small transaction
         /// writes its journal record itself instead of handing it to the
