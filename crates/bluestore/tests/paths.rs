@@ -375,6 +375,12 @@ async fn lone_small_overwrites_commit_on_their_submitters_thread() {
             let at = (i as usize * 5000) % (60 * KIB as usize);
             let data = pattern(100 + i, 3000);
             model[at..at + data.len()].copy_from_slice(&data);
+            // Let the commit thread finish the previous commit (its
+            // key-value write comes after the acknowledgement) and let go
+            // of the commit state: a submitter finding it held queues its
+            // transaction instead, as it should, and on a loaded machine
+            // it could find it held every time (seen once in CI).
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             let before = store.perf().inline_commits;
             let mut c = store
                 .submit(tx(|t| t.write(&a, at as u64, bytes(data.clone()))))
