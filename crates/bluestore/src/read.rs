@@ -282,6 +282,25 @@ impl RawBlock {
     }
 }
 
+/// Bytes `skip..skip + len` of one block of `oid`: a slice of the block,
+/// not a copy.
+async fn within_block(
+    oid: &ObjectId,
+    b: &RawBlock,
+    skip: u64,
+    len: u64,
+    src: &Sources<'_>,
+) -> Result<Bytes, StoreError> {
+    let block = src.block(b, |data| b.check(oid, data)).await?;
+    let (from, n) = (skip as usize, len as usize);
+    if from + n > block.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{oid}: read of {n} bytes at {from} in one block"
+        )));
+    }
+    Ok(block.slice(from..from + n))
+}
+
 /// Carry out `plan` for object `oid`, whose bytes number `len`. A read
 /// within one block is that block's cached bytes, not a copy.
 pub(crate) async fn fetch_bytes(
@@ -292,14 +311,7 @@ pub(crate) async fn fetch_bytes(
 ) -> Result<Bytes, StoreError> {
     if let [Segment::Raw { blocks, skip, len }] = plan.segments.as_slice() {
         if let [b] = blocks.as_slice() {
-            let block = src.block(b, |data| b.check(oid, data)).await?;
-            let (from, n) = (*skip as usize, *len as usize);
-            if from + n > block.len() {
-                return Err(StoreError::Corrupt(format!(
-                    "{oid}: read of {n} bytes at {from} in one block"
-                )));
-            }
-            return Ok(block.slice(from..from + n));
+            return within_block(oid, b, *skip, *len, src).await;
         }
     }
     let mut out = Vec::with_capacity(len as usize);
@@ -319,14 +331,7 @@ pub(crate) async fn fetch(
             Segment::Zeros(len) => out.resize(out.len() + *len as usize, 0),
             Segment::Raw { blocks, skip, len } if blocks.len() == 1 => {
                 // One block (a small random read): no run bookkeeping.
-                let block = src
-                    .block(&blocks[0], |data| blocks[0].check(oid, data))
-                    .await?;
-                let (from, n) = (*skip as usize, *len as usize);
-                let bytes = block.get(from..from + n).ok_or_else(|| {
-                    StoreError::Corrupt(format!("{oid}: read of {n} bytes at {from} in one block"))
-                })?;
-                out.extend_from_slice(bytes);
+                out.extend_from_slice(&within_block(oid, &blocks[0], *skip, *len, src).await?);
             }
             Segment::Raw { blocks, skip, len } => {
                 let wanted: Vec<u64> = blocks.iter().map(|b| b.phys).collect();
