@@ -2,13 +2,8 @@
 //! loads the configuration and calls the library crates; nothing else lives
 //! here. Every error is one line on stderr and a non-zero exit.
 
-/// mimalloc: per-thread heaps make the frees the store's threads do of
-/// each other's allocations (batches, blocks, records) lock-free; glibc's
-/// arenas contend on every one of them.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod admin;
+mod alloc;
 mod bench;
 mod bench_matrix;
 mod bench_store;
@@ -81,23 +76,8 @@ pub struct Context {
     pub json: bool,
 }
 
-/// Keep glibc's malloc from holding on to freed memory: bound its
-/// per-thread arenas (each would keep what its thread freed), and serve
-/// buffers of 256 KiB and more (object data in flight) from mmap, returned
-/// to the system when freed, instead of letting the heap's high-water mark
-/// stay resident. Without this an OSD's memory grows far past its caches.
-fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tunables; called before any
-    // thread is started.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_malloc();
+    alloc::tune();
     let cli = Cli::parse();
     let ctx = Context {
         conf_path: cli.conf,
