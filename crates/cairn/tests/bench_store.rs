@@ -198,6 +198,14 @@ fn bluestore_points_with_counters_and_keep() {
             .expect("per-point perf")
             > 0
     );
+    // The process's peak memory, against the default 128 MiB cache.
+    let memory = &doc["memory"];
+    assert!(
+        memory["peak_rss_bytes"].as_u64().expect("peak rss") > 1 << 20,
+        "{doc}"
+    );
+    assert_eq!(memory["budget"], "cache_size", "{doc}");
+    assert_eq!(memory["budget_bytes"], 128u64 << 20, "{doc}");
     // --keep: the store stays, in DIR/store.
     assert!(dir.join("store/block").is_file(), "{:?}", entries(&dir));
     assert!(dir.join("store/db").is_dir());

@@ -41,7 +41,7 @@ use crate::{conf, Context};
 use fio::{fio_points, FioStatus};
 use plan::Plan;
 pub use plan::StoreBenchArgs;
-use report::{Document, Out, Ratios};
+use report::{Document, Memory, Out, Ratios};
 use store::{open_store, store_points};
 
 const MIB: u64 = 1 << 20;
@@ -161,6 +161,19 @@ pub fn run(ctx: &Context, args: StoreBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The memory a BlueStore is told it may use: its cache, or the target
+/// its autotuner holds the process to.
+fn store_budget(plan: &Plan) -> Option<(&'static str, u64)> {
+    let conf = &plan.osd_conf;
+    match plan.kind {
+        StoreKind::Bluestore if conf.bluestore_cache_autotune => {
+            Some(("memory_target", conf.memory_target))
+        }
+        StoreKind::Bluestore => Some(("cache_size", conf.bluestore_cache_size)),
+        _ => None,
+    }
+}
+
 /// Run the store points, then the fio points, printing as they finish;
 /// print the end (or the JSON document) and return it.
 async fn execute(plan: &Plan) -> Result<Document> {
@@ -185,6 +198,7 @@ async fn execute(plan: &Plan) -> Result<Document> {
     out.line(format!("note: {CACHE_NOTE}"));
 
     let (precondition, mut rows, perf) = store_points(plan, opened, &out).await?;
+    let memory = Memory::measure(store_budget(plan));
 
     let mut fio = FioStatus {
         state: "disabled",
@@ -203,6 +217,9 @@ async fn execute(plan: &Plan) -> Result<Document> {
         out.line("bluestore counters over the store run (precondition included):");
         out.line(perf.text());
     }
+    if let Some(memory) = &memory {
+        out.line(memory.text());
+    }
     let doc = Document {
         store: plan.kind.to_string(),
         made,
@@ -220,6 +237,7 @@ async fn execute(plan: &Plan) -> Result<Document> {
         fio,
         ratios,
         perf,
+        memory,
     };
     if plan.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -213,6 +213,56 @@ pub(super) struct Document {
     /// The BlueStore's counters over the store run (precondition included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) perf: Option<PerfSummary>,
+    /// The process's peak memory over the store run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) memory: Option<Memory>,
+}
+
+/// The process's peak resident memory over the store run (the bench's own
+/// buffers included; fio runs as a separate process), against the memory
+/// the store was told it may use.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Memory {
+    pub(super) peak_rss_bytes: u64,
+    /// BlueStore's `cache_size`, or its `memory_target` when autotuned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) budget_bytes: Option<u64>,
+    /// What the budget is: `cache_size` or `memory_target`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) budget: Option<&'static str>,
+}
+
+impl Memory {
+    /// This process's peak so far, if the system says.
+    pub(super) fn measure(budget: Option<(&'static str, u64)>) -> Option<Self> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        Some(Self {
+            peak_rss_bytes: peak_rss(&status)?,
+            budget_bytes: budget.map(|(_, b)| b),
+            budget: budget.map(|(n, _)| n),
+        })
+    }
+
+    pub(super) fn text(&self) -> String {
+        let peak = self.peak_rss_bytes as f64 / MIB as f64;
+        match (self.budget, self.budget_bytes) {
+            (Some(name), Some(b)) if b > 0 => format!(
+                "memory: peak RSS {peak:.1} MiB over the store run = {:.2}x {name} \
+                 ({:.1} MiB; bench buffers included)",
+                self.peak_rss_bytes as f64 / b as f64,
+                b as f64 / MIB as f64
+            ),
+            _ => format!("memory: peak RSS {peak:.1} MiB over the store run"),
+        }
+    }
+}
+
+/// `VmHWM` (peak resident set) from a `/proc/PID/status` text, in bytes.
+fn peak_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let kib: u64 = words.next()?.parse().ok()?;
+    (words.next()? == "kB").then_some(kib * 1024)
 }
 
 /// Prints as the run goes, unless the output is one JSON document at the end.
@@ -231,6 +281,27 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peak_rss_reads_vmhwm() {
+        let status = "Name:\tcairn\nVmPeak:\t  999 kB\nVmHWM:\t  163496 kB\nVmRSS:\t 1 kB\n";
+        assert_eq!(peak_rss(status), Some(163_496 * 1024));
+        assert_eq!(peak_rss("VmRSS:\t 1 kB\n"), None);
+        assert_eq!(peak_rss("VmHWM:\t 12 MB\n"), None);
+        let m = Memory {
+            peak_rss_bytes: 160 << 20,
+            budget_bytes: Some(128 << 20),
+            budget: Some("cache_size"),
+        };
+        assert!(m.text().contains("160.0 MiB"), "{}", m.text());
+        assert!(
+            m.text().contains("1.25x cache_size (128.0 MiB"),
+            "{}",
+            m.text()
+        );
+        let own = Memory::measure(None).map(|m| m.peak_rss_bytes);
+        assert!(own.is_some_and(|b| b > 1 << 20), "{own:?}");
+    }
 
     #[test]
     fn ratios_need_both_paths() {
