@@ -21,10 +21,11 @@ const PURGE_DELAY_ENV: &str = "MIMALLOC_PURGE_DELAY";
 /// system. Its default (1 s, and later still when the freeing thread goes
 /// quiet) let an OSD hold its high-water mark of buffers: at a 128 MiB
 /// cache, OSDs peaked at 164–189 MiB over a 4 MiB write, 4K randwrite and
-/// 4K randread run, and at 126–139 MiB with immediate purging, with no
-/// difference in IOPS or OSD CPU per operation beyond the machine's noise
-/// (about 0.05 more `madvise` and 0.3 more page faults per 4K write).
-const PURGE_DELAY_MS: c_long = 0;
+/// 4K randread run; at 10 ms, 129–141 MiB. Immediate purging (0) peaked
+/// lower still (124–139 MiB) but cost 64K randwrite at QD32 a fifth of its
+/// IOPS: every freed 64 KiB write buffer went back to the system and the
+/// next one faulted its pages in again.
+const PURGE_DELAY_MS: c_long = 10;
 
 extern "C" {
     fn mi_option_set(option: c_int, value: c_long);
