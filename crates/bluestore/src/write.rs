@@ -398,7 +398,9 @@ impl Builder<'_> {
             let n = (p.len as usize).min(stored.len() - at);
             if n > 0 {
                 let piece = stored.slice(at..at + n);
-                self.writes.push((p.offset, AlignedBuf::from_slice(&piece)));
+                // The caller's bytes themselves when aligned (no copy).
+                self.writes
+                    .push((p.offset, AlignedBuf::share(piece.clone())));
                 for k in 0..n / BLOCK as usize {
                     let block = piece.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
                     let phys = p.offset + (k as u64) * BLOCK;

@@ -1,15 +1,20 @@
 //! [`AlignedBuf`]: the only buffer type that crosses the device boundary.
 //!
-//! Owns one heap allocation aligned to [`BLOCK_SIZE`] whose length is a
-//! multiple of [`BLOCK_SIZE`], so it can be handed to `O_DIRECT` I/O and to
-//! the kernel through io_uring without copying. Fault model: allocation
-//! failure aborts the process (as for any Rust allocation); nothing here
-//! performs I/O.
+//! Holds bytes aligned to [`BLOCK_SIZE`], a multiple of [`BLOCK_SIZE`]
+//! long, so they can be handed to `O_DIRECT` I/O and to the kernel through
+//! io_uring without copying: either one heap allocation of its own, or
+//! (see [`AlignedBuf::share`]) a caller's immutable `Bytes` that already
+//! are aligned, written from where they lie. Shared bytes are never
+//! written: mutable access first copies them into an allocation of its
+//! own. Fault model: allocation failure aborts the process (as for any
+//! Rust allocation); nothing here performs I/O.
 
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+
+use bytes::Bytes;
 
 use crate::BLOCK_SIZE;
 
@@ -20,9 +25,13 @@ const ALIGN: usize = BLOCK_SIZE as usize;
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// The owner of the bytes when they are a caller's (`share`); `None`
+    /// when `ptr` is an allocation of ours.
+    shared: Option<Bytes>,
 }
 
-// SAFETY: AlignedBuf uniquely owns its allocation, like a Box<[u8]>.
+// SAFETY: AlignedBuf uniquely owns its allocation, like a Box<[u8]>, or
+// holds a `Bytes` (Send + Sync) whose bytes it only reads.
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out &[u8].
 unsafe impl Sync for AlignedBuf {}
@@ -59,6 +68,7 @@ impl AlignedBuf {
             return Self {
                 ptr: dangling(),
                 len: 0,
+                shared: None,
             };
         }
         let layout = layout(len);
@@ -71,8 +81,43 @@ impl AlignedBuf {
             }
         };
         match NonNull::new(raw) {
-            Some(ptr) => Self { ptr, len },
+            Some(ptr) => Self {
+                ptr,
+                len,
+                shared: None,
+            },
             None => alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// `data` to be written: the bytes where they lie, without a copy, if
+    /// they start on a [`BLOCK_SIZE`] boundary and are a whole number of
+    /// blocks long (a write buffer of that size from the allocator
+    /// usually is); otherwise a copy, zero-padded, as
+    /// [`from_slice`](Self::from_slice).
+    pub fn share(data: Bytes) -> Self {
+        if !data.is_empty() && (data.as_ptr() as usize) % ALIGN == 0 && data.len() % ALIGN == 0 {
+            if let Some(ptr) = NonNull::new(data.as_ptr().cast_mut()) {
+                return Self {
+                    ptr,
+                    len: data.len(),
+                    shared: Some(data),
+                };
+            }
+        }
+        Self::from_slice(&data)
+    }
+
+    /// True when the bytes are a caller's, shared (see [`share`](Self::share)).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Make the bytes an allocation of our own (a copy) if they are
+    /// shared, before anything may write them.
+    fn make_unique(&mut self) {
+        if self.shared.is_some() {
+            *self = Self::from_slice(self);
         }
     }
 
@@ -108,8 +153,10 @@ impl AlignedBuf {
         self.ptr.as_ptr()
     }
 
-    /// Mutable raw pointer to the first byte (aligned to [`BLOCK_SIZE`]).
+    /// Mutable raw pointer to the first byte (aligned to [`BLOCK_SIZE`]);
+    /// shared bytes are copied first.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.make_unique();
         self.ptr.as_ptr()
     }
 }
@@ -151,8 +198,9 @@ fn dangling() -> NonNull<u8> {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len != 0 {
-            // SAFETY: allocated in `zeroed` with exactly this layout.
+        // Shared bytes go with their `Bytes`.
+        if self.len != 0 && self.shared.is_none() {
+            // SAFETY: allocated in `allocate` with exactly this layout.
             unsafe { alloc::dealloc(self.ptr.as_ptr(), layout(self.len)) }
         }
     }
@@ -174,7 +222,9 @@ impl Deref for AlignedBuf {
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and we hold the unique owner mutably.
+        self.make_unique();
+        // SAFETY: as above, and we hold the unique owner mutably (never
+        // shared bytes: `make_unique` copied them).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -219,6 +269,55 @@ mod tests {
         assert!(s[..5000].iter().all(|&x| x == 7));
         assert!(s[5000..].iter().all(|&x| x == 0));
         assert_eq!(s.clone(), s);
+    }
+
+    /// Aligned `Bytes` (a slice of an `AlignedBuf`) and an unaligned one.
+    fn aligned_bytes(len: usize, fill: u8) -> Bytes {
+        let mut b = AlignedBuf::zeroed(len + ALIGN);
+        b.fill(fill);
+        Bytes::from_owner(b)
+    }
+
+    #[test]
+    fn aligned_bytes_are_shared_and_copied_only_before_a_write() {
+        let whole = aligned_bytes(2 * ALIGN, 5);
+        let data = whole.slice(ALIGN..3 * ALIGN);
+        let mut buf = AlignedBuf::share(data.clone());
+        assert!(buf.is_shared());
+        assert_eq!(buf.as_ptr(), data.as_ptr(), "no copy");
+        assert_eq!(&buf[..], &data[..]);
+        drop(buf.clone());
+        // Writing through the buffer copies first; the caller's bytes stay.
+        buf[0] = 9;
+        assert!(!buf.is_shared());
+        assert_ne!(buf.as_ptr(), data.as_ptr());
+        assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
+        assert_eq!(data[0], 5);
+        assert_eq!(buf[0], 9);
+        assert!(buf[1..].iter().all(|&x| x == 5));
+        let mut raw = AlignedBuf::share(data.clone());
+        assert_ne!(raw.as_mut_ptr().cast_const(), data.as_ptr());
+        assert!(!raw.is_shared());
+        drop(raw);
+        drop(whole);
+        assert!(data.iter().all(|&x| x == 5), "the bytes outlive both");
+    }
+
+    #[test]
+    fn unaligned_or_partial_bytes_are_copied_and_padded() {
+        let whole = aligned_bytes(2 * ALIGN, 6);
+        for data in [
+            whole.slice(1..ALIGN + 1),
+            whole.slice(0..ALIGN + 10),
+            Bytes::new(),
+        ] {
+            let buf = AlignedBuf::share(data.clone());
+            assert!(!buf.is_shared());
+            assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
+            assert_eq!(buf.len(), data.len().div_ceil(ALIGN) * ALIGN);
+            assert_eq!(&buf[..data.len()], &data[..]);
+            assert!(buf[data.len()..].iter().all(|&x| x == 0));
+        }
     }
 
     #[test]
