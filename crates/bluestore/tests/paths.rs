@@ -408,9 +408,10 @@ async fn lone_small_overwrites_commit_on_their_submitters_thread() {
     }
 }
 
-/// A memory device whose durable (journal) writes wait while `held`.
+/// Holds durable (journal) writes while `held` (the hook of a
+/// [`HookedDevice`]).
+#[derive(Default)]
 struct HeldJournal {
-    inner: Arc<cairn_device::MemDevice>,
     held: parking_lot::Mutex<bool>,
     released: parking_lot::Condvar,
 }
@@ -422,51 +423,14 @@ impl HeldJournal {
     }
 }
 
-impl cairn_device::BlockDevice for HeldJournal {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> cairn_device::BoxFuture<Result<cairn_device::AlignedBuf, cairn_device::DeviceError>> {
-        self.inner.read(offset, len)
-    }
-    fn write(
-        &self,
-        offset: u64,
-        buf: cairn_device::AlignedBuf,
-    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
-        self.inner.write(offset, buf)
-    }
-    fn write_many(
-        &self,
-        writes: Vec<(u64, cairn_device::AlignedBuf)>,
-    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
-        self.inner.write_many(writes)
-    }
-    fn write_durable(
-        &self,
-        offset: u64,
-        buf: cairn_device::AlignedBuf,
-    ) -> Result<(), cairn_device::DeviceError> {
-        let mut held = self.held.lock();
-        while *held {
-            self.released.wait(&mut held);
+impl WriteHook for HeldJournal {
+    fn before(&self, call: WriteCall) {
+        if call == WriteCall::WriteDurable {
+            let mut held = self.held.lock();
+            while *held {
+                self.released.wait(&mut held);
+            }
         }
-        drop(held);
-        self.inner.write_durable(offset, buf)
-    }
-    fn flush(&self) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
-        self.inner.flush()
-    }
-    fn discard(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> cairn_device::BoxFuture<Result<(), cairn_device::DeviceError>> {
-        self.inner.discard(offset, len)
     }
 }
 
@@ -483,10 +447,9 @@ async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
     s.mount.inline_commits = false;
     let mut mount = s.mount.clone();
     s.open(); // mkfs
-    let device = Arc::new(HeldJournal {
+    let device = Arc::new(HookedDevice {
         inner: s.device.clone(),
-        held: parking_lot::Mutex::new(false),
-        released: parking_lot::Condvar::new(),
+        hook: HeldJournal::default(),
     });
     let kv: Arc<dyn cairn_kv::Kv> = s.kv.clone();
     mount.deferred_busy_max_bytes = 32 * KIB;
@@ -512,7 +475,7 @@ async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
     // Eight at once while the journal holds the first record: the first
     // sees none waiting and is deferred, and from the fifth on at least
     // four wait, so they go to new space.
-    device.set(true);
+    device.hook.set(true);
     let (def1, dir1) = paths(&store);
     let mut pending = Vec::new();
     for (i, o) in objects.iter().enumerate() {
@@ -521,7 +484,7 @@ async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
         pending.push(store.submit(tx(|t| t.write(o, 0, data))).expect("submit"));
     }
     let (def2, dir2) = paths(&store);
-    device.set(false);
+    device.hook.set(false);
     for c in pending {
         c.await.expect("commit");
     }
@@ -535,7 +498,7 @@ async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
     );
 
     // 4 KiB overwrites in a burst stay deferred.
-    device.set(true);
+    device.hook.set(true);
     let (def3, dir3) = paths(&store);
     let mut pending = Vec::new();
     for (i, o) in objects.iter().enumerate() {
@@ -548,7 +511,7 @@ async fn large_overwrites_are_deferred_only_while_the_store_is_idle() {
         );
     }
     assert_eq!(paths(&store), (def3 + 8, dir3), "4 KiB overwrites");
-    device.set(false);
+    device.hook.set(false);
     for c in pending {
         c.await.expect("commit");
     }

@@ -10,66 +10,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_bluestore::{mkfs, BlueStore, MkfsOptions, MountOptions};
-use cairn_device::{AlignedBuf, BlockDevice, BoxFuture, DeviceError, MemDevice};
+use cairn_device::{BlockDevice, MemDevice};
 use cairn_kv::{Kv, MemKv};
 use cairn_store::{ObjectId, ObjectStore, StoreError};
 use common::*;
 
-/// A [`MemDevice`] that panics when a thread whose name starts with
-/// `target` writes to it while armed.
-struct PanickyDevice {
-    device: MemDevice,
+/// Panics when a thread whose name starts with `target` writes while
+/// armed (the hook of a [`HookedDevice`] over a [`MemDevice`]).
+struct Panicky {
     armed: AtomicBool,
     target: &'static str,
 }
 
-impl PanickyDevice {
-    fn check(&self) {
+impl WriteHook for Panicky {
+    fn before(&self, call: WriteCall) {
         let here = std::thread::current();
         let name = here.name().unwrap_or("");
         if self.armed.load(Ordering::Acquire) && name.starts_with(self.target) {
             self.armed.store(false, Ordering::Release);
             panic!("injected: {name} panics in a device write");
         }
-    }
-}
-
-impl BlockDevice for PanickyDevice {
-    fn size(&self) -> u64 {
-        self.device.size()
-    }
-    fn read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {
-        self.device.read(offset, len)
-    }
-    fn write(&self, offset: u64, buf: AlignedBuf) -> BoxFuture<Result<(), DeviceError>> {
-        self.check();
-        self.device.write(offset, buf)
-    }
-    fn write_many(&self, writes: Vec<(u64, AlignedBuf)>) -> BoxFuture<Result<(), DeviceError>> {
-        self.check();
-        self.device.write_many(writes)
-    }
-    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
-        self.check();
-        if self.armed.load(Ordering::Acquire)
-            && std::thread::current().name() == Some("cairn-bs-commit")
+        if call == WriteCall::WriteDurable
+            && self.armed.load(Ordering::Acquire)
+            && name == "cairn-bs-commit"
         {
             // A slow lone commit, so that the next ones queue up behind it
             // and go to a record thread as a group.
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.device.write_durable(offset, buf)
-    }
-    fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
-        self.device.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>> {
-        self.device.discard(offset, len)
     }
 }
 
 struct Setup {
-    device: Arc<PanickyDevice>,
+    device: Arc<HookedDevice<Panicky>>,
     kv: Arc<MemKv>,
     inline: bool,
 }
@@ -77,10 +50,12 @@ struct Setup {
 impl Setup {
     fn new(target: &'static str) -> Self {
         let s = Self {
-            device: Arc::new(PanickyDevice {
-                device: MemDevice::new(64 * MIB),
-                armed: AtomicBool::new(false),
-                target,
+            device: Arc::new(HookedDevice {
+                inner: Arc::new(MemDevice::new(64 * MIB)),
+                hook: Panicky {
+                    armed: AtomicBool::new(false),
+                    target,
+                },
             }),
             kv: Arc::new(MemKv::new()),
             inline: false,
@@ -181,7 +156,7 @@ async fn a_deferred_thread_panic_fails_the_store_and_loses_nothing() {
     // while the overwrites go on (its round starts 10 ms after the first):
     // they stop at the first refused or failed one, which may or may not
     // have reached the journal.
-    s.device.armed.store(true, Ordering::Release);
+    s.device.hook.armed.store(true, Ordering::Release);
     let mut unsure = None;
     for i in 0..8u64 {
         let at = i as usize * 8192;
@@ -196,7 +171,7 @@ async fn a_deferred_thread_panic_fails_the_store_and_loses_nothing() {
         model[at..at + 4096].copy_from_slice(&block);
     }
     wait_for("the store to fail", || {
-        !s.device.armed.load(Ordering::Acquire) && store.submit(tx(|t| t.touch(&a))).is_err()
+        !s.device.hook.armed.load(Ordering::Acquire) && store.submit(tx(|t| t.touch(&a))).is_err()
     })
     .await;
     assert_fails(&store, &a).await;
@@ -226,7 +201,7 @@ async fn a_record_thread_panic_fails_the_store_and_loses_nothing() {
     }
     // Many commits at once: groups larger than one go through the record
     // threads, one of which panics.
-    s.device.armed.store(true, Ordering::Release);
+    s.device.hook.armed.store(true, Ordering::Release);
     let mut pending = Vec::new();
     for (i, o) in objects.iter().enumerate() {
         let data = pattern(100 + i as u64, 16 * KIB as usize);
@@ -247,7 +222,7 @@ async fn a_record_thread_panic_fails_the_store_and_loses_nothing() {
         }
     }
     assert!(
-        !s.device.armed.load(Ordering::Acquire),
+        !s.device.hook.armed.load(Ordering::Acquire),
         "no record thread wrote"
     );
     assert!(failed > 0, "the panicking record's commits must fail");
@@ -295,7 +270,7 @@ async fn an_inline_commit_panic_fails_the_store_and_loses_nothing() {
     let mut panicked = false;
     for _ in 0..50 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        s.device.armed.store(true, Ordering::Release);
+        s.device.hook.armed.store(true, Ordering::Release);
         let data = pattern(77, 4096);
         let submitted = {
             let store = store.clone();
@@ -316,14 +291,17 @@ async fn an_inline_commit_panic_fails_the_store_and_loses_nothing() {
             panicked = true;
             break;
         }
-        s.device.armed.store(false, Ordering::Release);
+        s.device.hook.armed.store(false, Ordering::Release);
         model[4096..8192].copy_from_slice(&data);
     }
     assert!(
         panicked,
         "the submitter never committed inline, so never panicked"
     );
-    assert!(!s.device.armed.load(Ordering::Acquire), "no inline write");
+    assert!(
+        !s.device.hook.armed.load(Ordering::Acquire),
+        "no inline write"
+    );
     assert_fails(&store, &a).await;
     unmount_within(store, 20);
     let store = s.open();

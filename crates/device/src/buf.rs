@@ -108,11 +108,6 @@ impl AlignedBuf {
         Self::from_slice(&data)
     }
 
-    /// True when the bytes are a caller's, shared (see [`share`](Self::share)).
-    pub fn is_shared(&self) -> bool {
-        self.shared.is_some()
-    }
-
     /// Make the bytes an allocation of our own (a copy) if they are
     /// shared, before anything may write them.
     fn make_unique(&mut self) {
@@ -283,13 +278,13 @@ mod tests {
         let whole = aligned_bytes(2 * ALIGN, 5);
         let data = whole.slice(ALIGN..3 * ALIGN);
         let mut buf = AlignedBuf::share(data.clone());
-        assert!(buf.is_shared());
+        assert!(buf.shared.is_some());
         assert_eq!(buf.as_ptr(), data.as_ptr(), "no copy");
         assert_eq!(&buf[..], &data[..]);
         drop(buf.clone());
         // Writing through the buffer copies first; the caller's bytes stay.
         buf[0] = 9;
-        assert!(!buf.is_shared());
+        assert!(buf.shared.is_none());
         assert_ne!(buf.as_ptr(), data.as_ptr());
         assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
         assert_eq!(data[0], 5);
@@ -297,7 +292,7 @@ mod tests {
         assert!(buf[1..].iter().all(|&x| x == 5));
         let mut raw = AlignedBuf::share(data.clone());
         assert_ne!(raw.as_mut_ptr().cast_const(), data.as_ptr());
-        assert!(!raw.is_shared());
+        assert!(raw.shared.is_none());
         drop(raw);
         drop(whole);
         assert!(data.iter().all(|&x| x == 5), "the bytes outlive both");
@@ -312,7 +307,7 @@ mod tests {
             Bytes::new(),
         ] {
             let buf = AlignedBuf::share(data.clone());
-            assert!(!buf.is_shared());
+            assert!(buf.shared.is_none());
             assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
             assert_eq!(buf.len(), data.len().div_ceil(ALIGN) * ALIGN);
             assert_eq!(&buf[..data.len()], &data[..]);

@@ -346,6 +346,53 @@ impl BlockDevice for GatedDevice {
     }
 }
 
+/// The write call a [`HookedDevice`]'s hook runs before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteCall {
+    Write,
+    WriteMany,
+    WriteDurable,
+}
+
+/// What a [`HookedDevice`] does before each write (wait, panic, sleep).
+pub trait WriteHook: Send + Sync + 'static {
+    fn before(&self, call: WriteCall);
+}
+
+/// A device that runs `hook` before every write, then passes each call to
+/// `inner`.
+pub struct HookedDevice<H> {
+    pub inner: Arc<dyn BlockDevice>,
+    pub hook: H,
+}
+
+impl<H: WriteHook> BlockDevice for HookedDevice<H> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {
+        self.inner.read(offset, len)
+    }
+    fn write(&self, offset: u64, buf: AlignedBuf) -> BoxFuture<Result<(), DeviceError>> {
+        self.hook.before(WriteCall::Write);
+        self.inner.write(offset, buf)
+    }
+    fn write_many(&self, writes: Vec<(u64, AlignedBuf)>) -> BoxFuture<Result<(), DeviceError>> {
+        self.hook.before(WriteCall::WriteMany);
+        self.inner.write_many(writes)
+    }
+    fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        self.hook.before(WriteCall::WriteDurable);
+        self.inner.write_durable(offset, buf)
+    }
+    fn flush(&self) -> BoxFuture<Result<(), DeviceError>> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>> {
+        self.inner.discard(offset, len)
+    }
+}
+
 /// A [`Kv`] over a [`MemKv`] whose writes hold a [`CrashGate`].
 pub struct GatedKv {
     gate: Arc<CrashGate>,
