@@ -110,6 +110,16 @@ fn round_len(items: &VecDeque<DeferredRecord>) -> (usize, u64) {
     (n, bytes)
 }
 
+/// The bytes of a run of blocks, in one buffer: a lone block (the usual
+/// run of random overwrites) from where it lies, if aligned (see
+/// `Builder::try_deferred`), a longer run copied together.
+fn run_buf(run: &[&Bytes]) -> AlignedBuf {
+    match run {
+        [one] => AlignedBuf::share((*one).clone()),
+        _ => AlignedBuf::concat(&run.iter().map(|b| &b[..]).collect::<Vec<_>>()),
+    }
+}
+
 /// Write a round of deferred records in place, flush, forget the records.
 fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     // Latest content per block; contiguous blocks go in one write.
@@ -121,7 +131,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     }
     let mut blocks: Vec<(u64, &Bytes)> = latest.into_iter().collect();
     blocks.sort_unstable_by_key(|(p, _)| *p);
-    let mut runs: Vec<(u64, Vec<&[u8]>)> = Vec::new();
+    let mut runs: Vec<(u64, Vec<&Bytes>)> = Vec::new();
     for (phys, data) in blocks {
         // A run's blocks are laid end to end: one of another size would
         // shift every later block of the run to the wrong place.
@@ -130,7 +140,6 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
             BLOCK,
             "deferred write at {phys} is not one block"
         );
-        let data = &data[..];
         match runs.last_mut() {
             Some((start, run)) if *start + run.len() as u64 * BLOCK == phys => run.push(data),
             _ => runs.push((phys, vec![data])),
@@ -153,7 +162,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
         let group: Vec<(u64, AlignedBuf)> = runs
             .by_ref()
             .take(DEFERRED_GROUP)
-            .map(|(start, run)| (start, AlignedBuf::concat(&run)))
+            .map(|(start, run)| (start, run_buf(&run)))
             .collect();
         in_flight.push_back(inner.device.write_many(group));
     }

@@ -256,8 +256,9 @@ impl Builder<'_> {
             // first), never a slice of the caller's buffer, which may be
             // far larger than this piece and would stay in memory, unseen
             // by the cache's and the backlog's accounting, until the
-            // deferred write is applied.
-            Bytes::copy_from_slice(data)
+            // deferred write is applied. Block-aligned, so that the
+            // deferred thread writes it in place from where it lies.
+            AlignedBuf::from_slice(data).into_bytes()
         } else {
             let mut buf = self.read_current(oid, base + a, b - a)?;
             buf[(lo - a) as usize..(hi - a) as usize].copy_from_slice(data);

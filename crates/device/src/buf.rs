@@ -108,6 +108,22 @@ impl AlignedBuf {
         Self::from_slice(&data)
     }
 
+    /// The buffer as `Bytes`, without a copy: shared bytes are handed
+    /// back, an allocation of our own becomes the `Bytes`' owner (and is
+    /// freed with its last clone). Such `Bytes`, or a block-aligned slice
+    /// of them, go back to the device through [`share`](Self::share)
+    /// without a copy.
+    pub fn into_bytes(mut self) -> Bytes {
+        match self.shared.take() {
+            Some(data) => {
+                // Nothing of our own left to free (see `Drop`).
+                self.len = 0;
+                data
+            }
+            None => Bytes::from_owner(self),
+        }
+    }
+
     /// Make the bytes an allocation of our own (a copy) if they are
     /// shared, before anything may write them.
     fn make_unique(&mut self) {
@@ -296,6 +312,26 @@ mod tests {
         drop(raw);
         drop(whole);
         assert!(data.iter().all(|&x| x == 5), "the bytes outlive both");
+    }
+
+    #[test]
+    fn into_bytes_keeps_the_allocation_and_shares_back_without_a_copy() {
+        let own = AlignedBuf::from_slice(&[3u8; 2 * ALIGN]);
+        let ptr = own.as_ptr();
+        let bytes = own.into_bytes();
+        assert_eq!(bytes.as_ptr(), ptr, "no copy into Bytes");
+        assert_eq!(&bytes[..], &[3u8; 2 * ALIGN][..]);
+        let second = bytes.slice(ALIGN..);
+        let back = AlignedBuf::share(second.clone());
+        assert_eq!(back.as_ptr(), second.as_ptr(), "no copy back");
+        // Shared bytes come back as they went in; dropping the buffer they
+        // came through frees nothing (the bytes are still read after).
+        let again = back.into_bytes();
+        assert_eq!(again.as_ptr(), second.as_ptr());
+        drop(bytes);
+        drop(second);
+        assert!(again.iter().all(|&x| x == 3));
+        assert!(AlignedBuf::zeroed(0).into_bytes().is_empty());
     }
 
     #[test]

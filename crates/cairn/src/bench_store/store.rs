@@ -125,6 +125,7 @@ pub(super) struct PerfSummary {
     kv_commits: u64,
     kv_commit_mean_us: f64,
     journal_records: u64,
+    journal_bytes: u64,
     journal_write_mean_us: f64,
     kv_syncs: u64,
     journal_tail_waits: u64,
@@ -159,6 +160,7 @@ impl PerfSummary {
                 ((total_us(b) - total_us(a)) / commits as f64).max(0.0)
             },
             journal_records: records,
+            journal_bytes: d(a.journal_bytes, b.journal_bytes),
             journal_write_mean_us: if records == 0 {
                 0.0
             } else {
@@ -192,7 +194,7 @@ impl PerfSummary {
         format!(
             "  writes  {} deferred ({}), {} direct ({}), {} read-modify-write reads\n\
              \x20 kv      {} commits, mean {} us; {} transactions; {} device flushes\n\
-             \x20 journal {} records, mean durable write {} us; {} key-value syncs; \
+             \x20 journal {} records ({}), mean durable write {} us; {} key-value syncs; \
              {} waits for deferred writes\n\
              \x20 cache   data {}, onode {}\n\
              \x20 reads   {} store reads, {} device reads ({})",
@@ -206,6 +208,7 @@ impl PerfSummary {
             self.transactions,
             self.device_flushes,
             self.journal_records,
+            human_bytes(self.journal_bytes),
             fmt_us(self.journal_write_mean_us),
             self.kv_syncs,
             self.journal_tail_waits,
