@@ -1,11 +1,20 @@
 //! The cluster map: the one versioned description of the cluster that every
-//! daemon and client shares — OSDs (address, up/down, in/out, weight) and pools
-//! (size, min_size, pg_num) — and the placement computed from it alone.
+//! daemon and client shares — OSDs (address, up/down, in/out, weight,
+//! up_thru, lost), pools (size, min_size, pg_num), PG overrides (`pg_temp`)
+//! and the PGs' past intervals ([`history`]) — and the placement computed
+//! from it alone.
 //!
 //! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
 //! change. Everyone else holds an immutable copy and computes, for any object,
-//! its PG ([`ClusterMap::object_pg`]) and, for any PG, its acting set
-//! ([`ClusterMap::acting`]). This crate must never do I/O.
+//! its PG ([`ClusterMap::object_pg`]) and, for any PG, its *up* set (the
+//! placement's OSDs that are up, [`ClusterMap::up`]) and its *acting* set
+//! (who serves it: the up set, or a `pg_temp` override while the up set's
+//! members are being backfilled, [`ClusterMap::acting`]). This crate must
+//! never do I/O.
+
+pub mod history;
+
+pub use history::{PastInterval, PgHistory};
 
 use std::collections::BTreeMap;
 
@@ -37,6 +46,15 @@ pub struct OsdInfo {
     pub up_from: Epoch,
     /// Epoch at which the OSD was last marked down (0 if never).
     pub down_at: Epoch,
+    /// The newest epoch this OSD has asked the monitor to record as one it
+    /// was alive through (Ceph's `up_thru`). A primary goes active in an
+    /// interval only once its `up_thru` reaches the interval's first epoch,
+    /// so an interval whose primary never got there cannot have served a
+    /// write ([`PastInterval::maybe_went_rw`]).
+    pub up_thru: Epoch,
+    /// Epoch at which an administrator declared this OSD's data lost (0 if
+    /// never): peering stops waiting for it.
+    pub lost_at: Epoch,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,13 +107,47 @@ pub enum MapError {
     NoSuchOsd(OsdId),
 }
 
-/// The acting set of a PG under one map: the OSDs that hold it and are up, in
-/// placement order; the first is the primary.
+/// The acting set of a PG under one map: the OSDs that serve it, in order;
+/// the first is the primary. Every member holds a complete copy (OSDs still
+/// being backfilled are in the up set only).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Acting {
     pub osds: Vec<OsdId>,
     /// `up_from` of each member, so that a restarted member starts a new interval.
     pub incarnations: Vec<Epoch>,
+}
+
+/// Everything about a PG's placement whose change starts a new interval:
+/// the up and acting sets, the incarnation of each of their members, and
+/// the pool parameters that decide when it may serve.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PgMapping {
+    pub up: Vec<OsdId>,
+    pub acting: Acting,
+    /// `up_from` of each member of `up`.
+    pub up_incarnations: Vec<Epoch>,
+    pub size: u32,
+    pub min_size: u32,
+    pub pg_num: u32,
+}
+
+impl PgMapping {
+    pub fn primary(&self) -> Option<OsdId> {
+        self.acting.primary()
+    }
+
+    /// Up members that are not acting: OSDs being backfilled.
+    pub fn backfill_targets(&self) -> impl Iterator<Item = OsdId> + '_ {
+        self.up
+            .iter()
+            .copied()
+            .filter(|o| !self.acting.contains(*o))
+    }
+
+    /// Is `osd` in the up or the acting set?
+    pub fn contains(&self, osd: OsdId) -> bool {
+        self.up.contains(&osd) || self.acting.contains(osd)
+    }
 }
 
 impl Acting {
@@ -116,6 +168,12 @@ pub struct ClusterMap {
     pub osds: BTreeMap<OsdId, OsdInfo>,
     pub pools: BTreeMap<PoolId, Pool>,
     pub next_pool_id: PoolId,
+    /// Acting sets that override the up set while its members are being
+    /// backfilled; requested by the PG's primary, removed when done.
+    pub pg_temp: BTreeMap<PgId, Vec<OsdId>>,
+    /// Past intervals of every PG that changed interval since it was last
+    /// recovered; see [`history`].
+    pub pg_history: BTreeMap<PgId, PgHistory>,
 }
 
 impl ClusterMap {
@@ -126,6 +184,8 @@ impl ClusterMap {
             osds: BTreeMap::new(),
             pools: BTreeMap::new(),
             next_pool_id: 1,
+            pg_temp: BTreeMap::new(),
+            pg_history: BTreeMap::new(),
         }
     }
 
@@ -172,19 +232,57 @@ impl ClusterMap {
         placed
     }
 
-    /// The acting set: the raw placement without the OSDs that are down.
+    /// The up set: the raw placement without the OSDs that are down.
+    pub fn up(&self, pg: PgId) -> Vec<OsdId> {
+        let mut up = self.raw_placement(pg);
+        up.retain(|&osd| self.is_up(osd));
+        up
+    }
+
+    /// The acting set: the PG's `pg_temp` without its down members if that
+    /// leaves any, else the up set.
     pub fn acting(&self, pg: PgId) -> Acting {
-        let mut acting = Acting {
-            osds: Vec::new(),
-            incarnations: Vec::new(),
-        };
-        for osd in self.raw_placement(pg) {
-            if let Some(info) = self.osds.get(&osd).filter(|o| o.up) {
-                acting.osds.push(osd);
-                acting.incarnations.push(info.up_from);
-            }
+        let temp: Vec<OsdId> = self
+            .pg_temp
+            .get(&pg)
+            .map(|t| t.iter().copied().filter(|&o| self.is_up(o)).collect())
+            .unwrap_or_default();
+        let osds = if temp.is_empty() { self.up(pg) } else { temp };
+        let incarnations = osds.iter().map(|o| self.incarnation(*o)).collect();
+        Acting { osds, incarnations }
+    }
+
+    /// Everything about `pg`'s placement whose change starts a new interval.
+    pub fn mapping(&self, pg: PgId) -> PgMapping {
+        let up = self.up(pg);
+        let up_incarnations = up.iter().map(|o| self.incarnation(*o)).collect();
+        let (size, min_size, pg_num) = self
+            .pools
+            .get(&pg.pool)
+            .map_or((0, 0, 0), |p| (p.size, p.min_size, p.pg_num));
+        PgMapping {
+            acting: self.acting(pg),
+            up,
+            up_incarnations,
+            size,
+            min_size,
+            pg_num,
         }
-        acting
+    }
+
+    /// The `up_from` of an OSD (0 if unknown).
+    fn incarnation(&self, osd: OsdId) -> Epoch {
+        self.osds.get(&osd).map_or(0, |o| o.up_from)
+    }
+
+    /// Was `osd` declared lost after `epoch`, so that nothing it held in an
+    /// interval starting at `epoch` is to be waited for?
+    pub fn lost_since(&self, osd: OsdId, epoch: Epoch) -> bool {
+        self.osds.get(&osd).is_some_and(|o| o.lost_at > epoch)
+    }
+
+    pub fn up_thru(&self, osd: OsdId) -> Epoch {
+        self.osds.get(&osd).map_or(0, |o| o.up_thru)
     }
 
     pub fn is_up(&self, osd: OsdId) -> bool {
@@ -216,10 +314,65 @@ impl ClusterMap {
             weight,
             up_from: 0,
             down_at: 0,
+            up_thru: 0,
+            lost_at: 0,
         });
         info.addr = addr;
         info.up = true;
         info.up_from = next;
+    }
+
+    /// Record that `osd` was alive through `epoch` (it is about to serve as
+    /// a primary in an interval that started then). Only ever raises it.
+    pub fn set_up_thru(&mut self, osd: OsdId, epoch: Epoch) -> bool {
+        match self.osds.get_mut(&osd) {
+            Some(info) if info.up && info.up_thru < epoch => {
+                info.up_thru = epoch;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Declare a down OSD's data lost, so peering stops waiting for it.
+    pub fn mark_lost(&mut self, osd: OsdId) -> Result<bool, MapError> {
+        let next = self.epoch + 1;
+        let info = self.osds.get_mut(&osd).ok_or(MapError::NoSuchOsd(osd))?;
+        if info.up {
+            return Err(MapError::Invalid(format!(
+                "osd.{osd} is up: only a down OSD can be marked lost"
+            )));
+        }
+        if info.lost_at >= info.up_from {
+            return Ok(false); // already lost since its latest boot
+        }
+        info.lost_at = next;
+        Ok(true)
+    }
+
+    /// Set (or, with an empty list or one equal to the up set, remove) the
+    /// PG's `pg_temp`. Every member must exist and be distinct.
+    pub fn set_pg_temp(&mut self, pg: PgId, osds: Vec<OsdId>) -> Result<bool, MapError> {
+        let pool = self
+            .pools
+            .get(&pg.pool)
+            .ok_or_else(|| MapError::NoSuchPool(format!("id {}", pg.pool)))?;
+        if pg.seed >= pool.pg_num {
+            return Err(MapError::Invalid(format!("pg {pg} does not exist")));
+        }
+        if let Some(&osd) = osds.iter().find(|o| !self.osds.contains_key(o)) {
+            return Err(MapError::NoSuchOsd(osd));
+        }
+        let mut sorted = osds.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != osds.len() || osds.len() > MAX_POOL_SIZE as usize {
+            return Err(MapError::Invalid(format!("pg_temp {osds:?} is not a set of OSDs")));
+        }
+        if osds.is_empty() || osds == self.up(pg) {
+            return Ok(self.pg_temp.remove(&pg).is_some());
+        }
+        Ok(self.pg_temp.insert(pg, osds.clone()).as_ref() != Some(&osds))
     }
 
     pub fn mark_down(&mut self, id: OsdId) -> bool {
@@ -273,6 +426,8 @@ impl ClusterMap {
             .ok_or_else(|| MapError::NoSuchPool(name.into()))?
             .id;
         self.pools.remove(&id);
+        self.pg_temp.retain(|pg, _| pg.pool != id);
+        self.pg_history.retain(|pg, _| pg.pool != id);
         Ok(id)
     }
 }
