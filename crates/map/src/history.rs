@@ -66,11 +66,8 @@ impl ClusterMap {
             prev.epoch,
             self.epoch
         );
-        self.pg_history.retain(|pg, _| {
-            prev.pools
-                .get(&pg.pool)
-                .is_some_and(|p| pg.seed < p.pg_num)
-        });
+        self.pg_history
+            .retain(|pg, _| prev.pools.get(&pg.pool).is_some_and(|p| pg.seed < p.pg_num));
         if !self.placement_changed(prev) {
             return;
         }
@@ -129,9 +126,7 @@ impl ClusterMap {
                 .map(|o| (o.id, o.up, o.is_in, o.weight, o.up_from))
                 .collect()
         };
-        self.pools != prev.pools
-            || self.pg_temp != prev.pg_temp
-            || osd_key(self) != osd_key(prev)
+        self.pools != prev.pools || self.pg_temp != prev.pg_temp || osd_key(self) != osd_key(prev)
     }
 
     /// The primary of `pg` reports it recovered in the interval that started
@@ -256,7 +251,10 @@ mod tests {
         let since = map.pg_history[&pg].same_interval_since;
         let acting = map.acting(pg).osds;
         assert!(!map.trim_history(pg, since, &[99]), "another acting set");
-        assert!(!map.trim_history(pg, since - 1, &acting), "an older interval");
+        assert!(
+            !map.trim_history(pg, since - 1, &acting),
+            "an older interval"
+        );
         assert!(map.trim_history(pg, since, &acting));
         assert!(!map.pg_history.contains_key(&pg));
     }

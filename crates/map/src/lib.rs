@@ -189,6 +189,15 @@ impl ClusterMap {
         }
     }
 
+    /// The map a daemon holds before it has any: epoch 0, older than every
+    /// map a monitor publishes.
+    pub fn before_first() -> Self {
+        Self {
+            epoch: 0,
+            ..Self::new(String::new())
+        }
+    }
+
     pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
         self.pools.values().find(|p| p.name == name)
     }
@@ -367,7 +376,9 @@ impl ClusterMap {
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != osds.len() || osds.len() > MAX_POOL_SIZE as usize {
-            return Err(MapError::Invalid(format!("pg_temp {osds:?} is not a set of OSDs")));
+            return Err(MapError::Invalid(format!(
+                "pg_temp {osds:?} is not a set of OSDs"
+            )));
         }
         if osds.is_empty() || osds == self.up(pg) {
             return Ok(self.pg_temp.remove(&pg).is_some());
