@@ -196,6 +196,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
+            planted_bug: None,
         },
     };
     let rt = runtime(osd_conf.worker_threads)?;

@@ -35,6 +35,19 @@ pub struct CoreOptions {
     pub max_backfills: usize,
     /// Unanswered peering requests are sent again after this long.
     pub peering_retry: Duration,
+    /// A deliberate bug, so tests can show the simulation's checker finds
+    /// what it causes. Never set outside tests.
+    #[doc(hidden)]
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// Bugs a test may plant (see [`CoreOptions::planted_bug`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// The primary forgets one object of each member's missing set at
+    /// activation, so log recovery never brings it to that member.
+    ForgetReplicaMissing,
 }
 
 impl Default for CoreOptions {
@@ -45,6 +58,7 @@ impl Default for CoreOptions {
             recovery_sleep: Duration::ZERO,
             max_backfills: 1,
             peering_retry: Duration::from_secs(2),
+            planted_bug: None,
         }
     }
 }
@@ -276,7 +290,6 @@ impl OsdCore {
                 | PgBody::Activate { .. }
                 | PgBody::Notify { .. }
                 | PgBody::Remove
-                | PgBody::Reserve { .. }
         );
         if needs_map && msg.epoch > self.map.epoch {
             return self.hold(Held::Msg(from, msg), io);
@@ -383,6 +396,11 @@ impl OsdCore {
     /// Has this OSD asked the monitor for `up_thru` through `epoch`?
     pub fn asked_up_thru(&self) -> Epoch {
         self.requests.up_thru
+    }
+
+    /// PGs holding this OSD's backfill slots: as primary, and as target.
+    pub fn backfills(&self) -> (Vec<PgId>, Vec<PgId>) {
+        self.slots.backfills()
     }
 
     /// Pending operations and messages held for a newer map.

@@ -21,6 +21,6 @@ pub mod io;
 pub mod pg;
 mod slots;
 
-pub use crate::core::{CoreOptions, OsdCore, MAX_HELD, MAX_OID_LEN};
+pub use crate::core::{CoreOptions, OsdCore, PlantedBug, MAX_HELD, MAX_OID_LEN};
 pub use daemon::{Osd, OsdError, OsdOptions};
 pub use pg::{Pg, Role};

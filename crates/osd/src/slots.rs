@@ -131,6 +131,14 @@ impl Slots {
         self.remote.remove(&pg);
     }
 
+    /// PGs holding this OSD's backfill slots: as primary, and as target.
+    pub fn backfills(&self) -> (Vec<PgId>, Vec<PgId>) {
+        (
+            self.local.iter().copied().collect(),
+            self.remote.iter().copied().collect(),
+        )
+    }
+
     /// Refuse (with the reason) or accept new backfill reservations.
     pub fn set_refuse_backfill(&mut self, why: Option<String>) {
         self.refuse_backfill = why;

@@ -103,30 +103,32 @@ impl Pg {
         if primary.backfill.values().all(|t| t.complete) {
             return self.finish_backfill(ctx);
         }
+        // The primary's own copy must be whole first: backfill copies
+        // from it, and must never push an object it holds stale.
+        if !self.missing.is_empty() {
+            return;
+        }
         if !primary.backfill_slot {
             if !ctx.slots.take_backfill(self.id) {
                 return;
             }
             primary.backfill_slot = true;
         }
+        // One target at a time, holding only its reservation: a PG never
+        // holds one target's slot while waiting for another's, so PGs
+        // cannot deadlock on each other's reservations.
         let act = primary.act;
         let now = ctx.io.now();
-        let targets: Vec<OsdId> = primary.backfill.keys().copied().collect();
-        for osd in targets {
-            let Some(target) = self.primary.as_mut().and_then(|p| p.backfill.get_mut(&osd)) else {
-                return;
-            };
-            if target.complete {
-                continue;
+        let Some((&osd, target)) = primary.backfill.iter_mut().find(|(_, t)| !t.complete) else {
+            return;
+        };
+        match target.reservation {
+            Reservation::None if now >= target.retry_at => {
+                target.reservation = Reservation::Asked;
+                ctx.send(osd, self.id, PgBody::Reserve { act });
             }
-            match target.reservation {
-                Reservation::None if now >= target.retry_at => {
-                    target.reservation = Reservation::Asked;
-                    ctx.send(osd, self.id, PgBody::Reserve { act });
-                }
-                Reservation::Granted => self.continue_step(ctx, osd),
-                _ => {}
-            }
+            Reservation::Granted => self.continue_step(ctx, osd),
+            _ => {}
         }
     }
 
@@ -341,6 +343,17 @@ impl Pg {
         match result {
             Ok(Some(copy)) => step.copies.push(copy),
             Ok(None) => step.removes.push(oid),
+            Err(e) if e.contains("checksum") => {
+                // Repair this copy first; the batch starts over after.
+                if let Some(t) = self
+                    .primary
+                    .as_mut()
+                    .and_then(|p| p.backfill.get_mut(&target))
+                {
+                    t.step = None;
+                }
+                return self.mark_damaged(ctx, &oid, &e);
+            }
             Err(e) => {
                 return self.retry_later(ctx, format!("cannot read {oid:?} to backfill: {e}"))
             }
@@ -435,6 +448,8 @@ impl Pg {
             Some(upto) => target.done_upto = Some(upto),
             None => {
                 target.complete = true;
+                target.reservation = Reservation::None;
+                ctx.send(from, self.id, PgBody::Release { act: primary.act });
                 tracing::info!("pg {}: backfill of osd.{from} complete", self.id);
             }
         }
@@ -470,10 +485,8 @@ impl Pg {
         if primary.backfill_slot {
             primary.backfill_slot = false;
             ctx.slots.release_backfill(self.id);
-            for &target in primary.backfill.keys() {
-                ctx.send(target, self.id, PgBody::Release { act });
-            }
         }
+        let _ = act;
         if self.mapping.acting.osds != self.mapping.up && self.recovered() {
             tracing::info!(
                 "pg {}: backfill done; asking to serve from the up set {:?}",

@@ -210,7 +210,7 @@ pub(crate) struct PrimaryState {
     pub sources: BTreeMap<OsdId, (PgInfo, Missing)>,
     pub inflight: BTreeMap<Version, Inflight>,
     /// Per object: writes in flight and operations waiting for it.
-    pub objects: HashMap<String, ObjState>,
+    pub objects: BTreeMap<String, ObjState>,
     /// Objects with a recovery operation in flight.
     pub recovering: HashSet<String>,
     /// Objects no reachable member holds at the needed version.
@@ -406,6 +406,9 @@ impl Pg {
             Role::Stray
         };
         self.stop_primary(ctx, OpError::Retry { epoch });
+        // A reservation this OSD granted as backfill target was for the
+        // ended interval's primary.
+        ctx.slots.release_remote(self.id);
         if self.role != Role::Primary {
             let waiting: Vec<ClientOp> = self.waiting_active.drain(..).collect();
             for op in waiting {
@@ -605,10 +608,12 @@ impl Pg {
     pub(crate) fn peer_reset(&mut self, ctx: &mut Ctx<'_>, osd: OsdId) {
         match &self.phase {
             Phase::Active | Phase::Activating { .. } => {
-                let involved = self
-                    .primary
-                    .as_ref()
-                    .is_some_and(|p| p.peers.contains_key(&osd));
+                let waited_for =
+                    matches!(&self.phase, Phase::Activating { waiting } if waiting.contains(&osd));
+                let involved = waited_for
+                    || self.primary.as_ref().is_some_and(|p| {
+                        p.peers.contains_key(&osd) || p.sources.contains_key(&osd)
+                    });
                 if involved {
                     tracing::info!(
                         "pg {}: lost the connection to osd.{osd}; peering again",
@@ -625,6 +630,11 @@ impl Pg {
         if self.replica_act.is_some_and(|(p, _)| p == osd) {
             // RepOps may have been lost: accept no more until re-activated.
             self.replica_act = None;
+        }
+        if self.mapping.primary() == Some(osd) {
+            // Its release of a backfill reservation may have been lost; it
+            // asks again if it still needs one.
+            ctx.slots.release_remote(self.id);
         }
     }
 

@@ -183,7 +183,10 @@ impl Pg {
                 if self.primary.as_ref().map(|p| p.act) == Some(act) {
                     return self.read_repair(ctx, op, what);
                 }
-                Err(OpError::Io(what))
+                // Peering started meanwhile: the client resends, and the
+                // next activation repairs the copy when it is read again.
+                let epoch = ctx.map.epoch;
+                Err(OpError::Retry { epoch })
             }
         };
         reply(ctx, &op, result);
@@ -199,6 +202,12 @@ impl Pg {
             match primary.inflight.get_mut(&version) {
                 Some(inflight) => inflight.clients.push((op.client, op.op.tid)),
                 None => {
+                    tracing::debug!(
+                        "pg {}: {:?} resent as {}: applied at {version}",
+                        self.id,
+                        op.op.oid,
+                        op.op.reqid
+                    );
                     let outputs = vec![OpOutput::None; op.op.ops.len()];
                     reply(ctx, &op, Ok(outputs));
                 }
@@ -347,6 +356,7 @@ impl Pg {
         let Some(inflight) = primary.inflight.remove(&version) else {
             return;
         };
+        tracing::debug!("pg {}: {:?} written at {version}", self.id, inflight.oid);
         for (client, tid) in inflight.clients {
             let outputs = vec![OpOutput::None; inflight.outputs];
             ctx.io.reply(

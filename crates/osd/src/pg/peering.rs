@@ -277,7 +277,9 @@ impl Pg {
             );
         }
         // The authority: newest last_epoch_started, then newest
-        // last_update; this OSD on ties, then the lowest id.
+        // last_update, then the longest log, then the lowest id — never
+        // "this OSD", so that every primary that hears the same members
+        // picks the same authority (and agrees on who needs backfill).
         let me = ctx.me;
         let auth = usable
             .iter()
@@ -285,7 +287,7 @@ impl Pg {
                 (
                     i.last_epoch_started,
                     i.last_update,
-                    *o == me,
+                    std::cmp::Reverse(i.log_tail),
                     std::cmp::Reverse(*o),
                 )
             })
@@ -518,7 +520,12 @@ impl Pg {
             return;
         };
         match result {
-            Ok((info, missing)) => {
+            Ok((info, mut missing)) => {
+                if ctx.opts.planted_bug == Some(crate::core::PlantedBug::ForgetReplicaMissing)
+                    && !missing.is_empty()
+                {
+                    missing.remove(0);
+                }
                 primary.add_peer(from, info, missing.into_iter().collect());
                 self.activation_step(ctx, from);
             }

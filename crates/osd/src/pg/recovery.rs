@@ -55,7 +55,7 @@ impl PrimaryState {
             peers: BTreeMap::new(),
             sources,
             inflight: BTreeMap::new(),
-            objects: HashMap::new(),
+            objects: BTreeMap::new(),
             recovering: HashSet::new(),
             unfound: BTreeMap::new(),
             urgent: VecDeque::new(),
@@ -139,39 +139,53 @@ impl Pg {
         let Some(primary) = self.primary.as_mut() else {
             return;
         };
+        // Members that may hold it at exactly that version (the source
+        // checks the version): acting members as they are now, then every
+        // member heard from during peering as it was then (a backfill
+        // target keeps what it held until backfill reaches it, and backfill
+        // never overwrites an object the primary is missing).
         let holds = |info: &PgInfo, missing: &Missing| {
-            info.last_update >= pull.need
-                && !missing.contains_key(&pull.oid)
-                && info.backfill.covers(&pull.oid)
+            info.last_update >= pull.need && !missing.contains_key(&pull.oid)
         };
+        // (An acting member has every write since activation: only its
+        // missing set says what it lacks.)
         let mut candidates: Vec<OsdId> = primary
             .peers
             .iter()
-            .filter(|(_, p)| holds(&p.info, &p.missing))
+            .filter(|(o, p)| {
+                !primary.backfill.contains_key(o) && !p.missing.contains_key(&pull.oid)
+            })
             .map(|(&o, _)| o)
             .collect();
-        candidates.extend(
-            primary
-                .sources
-                .iter()
-                .filter(|(o, (i, m))| !primary.peers.contains_key(o) && holds(i, m))
-                .map(|(&o, _)| o),
-        );
+        for (&o, (i, m)) in &primary.sources {
+            if !candidates.contains(&o) && holds(i, m) {
+                candidates.push(o);
+            }
+        }
         let Some(source) = candidates
             .into_iter()
             .find(|o| !pull.tried.contains(o) && ctx.map.is_up(*o))
         else {
-            let corrupt = pull.corrupt > 0 && pull.corrupt == pull.tried.len();
+            // Every copy is known bad only if every member asked had a
+            // damaged one and no member that may hold it is down.
+            let pg = self.id;
+            let someone_down = ctx.map.rw_intervals(pg).any(|iv| {
+                iv.acting
+                    .iter()
+                    .any(|&o| !ctx.map.is_up(o) && !ctx.map.lost_since(o, iv.first))
+            });
+            let corrupt = pull.corrupt > 0 && pull.corrupt == pull.tried.len() && !someone_down;
+            let damaged = if corrupt {
+                " (every copy is damaged)"
+            } else {
+                ""
+            };
             tracing::warn!(
-                "pg {}: object {:?} at {} is unfound{}",
+                "pg {}: object {:?} at {} is unfound{damaged}; asked {:?}",
                 self.id,
                 pull.oid,
                 pull.need,
-                if corrupt {
-                    " (every copy is damaged)"
-                } else {
-                    ""
-                }
+                pull.tried
             );
             primary.recovering.remove(&pull.oid);
             primary
@@ -358,6 +372,9 @@ impl Pg {
             Err(e) => {
                 primary.recovering.remove(&oid);
                 ctx.slots.release(self.id, ctx.io.now());
+                if e.contains("checksum") {
+                    return self.mark_damaged(ctx, &oid, &e);
+                }
                 return self.retry_later(ctx, format!("cannot read {oid:?} to recover it: {e}"));
             }
         };
@@ -446,29 +463,40 @@ impl Pg {
     /// repair.
     pub(crate) fn read_repair(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, what: String) {
         let oid = op.op.oid.clone();
-        tracing::warn!("pg {}: {what}; repairing {oid:?} from a replica", self.id);
-        let version =
-            match persist::object_version(ctx.io.store(), &ObjectId::new(self.id, oid.clone())) {
-                Ok(Some(v)) => v,
-                _ => return reply(ctx, &op, Err(OpError::Io(what))),
-            };
-        self.counters.read_repairs += 1;
-        self.missing.insert(oid.clone(), version);
-        let mut txn = Transaction::new();
-        persist::missing_add(&mut txn, self.id, &oid, version);
-        if let Err(e) = self.submit(ctx, txn, Wait::Quiet) {
-            return reply(
-                ctx,
-                &op,
-                Err(OpError::Io(format!("{what}; cannot repair: {e}"))),
-            );
+        if !self.count_damaged(ctx, &oid, &what) {
+            return reply(ctx, &op, Err(OpError::Io(what)));
         }
+        self.counters.read_repairs += 1;
         let Some(primary) = self.primary.as_mut() else {
             return;
         };
         primary.urgent.push_back(oid.clone());
         primary.objects.entry(oid).or_default().waiting.push(op);
         self.kick_recovery(ctx);
+    }
+
+    /// This OSD's copy of `oid` failed its checksum while being read for
+    /// recovery or backfill: count it missing, so it is fetched from a
+    /// member that holds a good one.
+    pub(crate) fn mark_damaged(&mut self, ctx: &mut Ctx<'_>, oid: &str, what: &str) {
+        if self.count_damaged(ctx, oid, what) {
+            self.kick_recovery(ctx);
+        }
+    }
+
+    /// Record `oid` missing here (at its current version): false if that
+    /// cannot be done.
+    fn count_damaged(&mut self, ctx: &mut Ctx<'_>, oid: &str, what: &str) -> bool {
+        tracing::warn!("pg {}: {what}; repairing {oid:?} from a member", self.id);
+        let store = ctx.io.store();
+        let version = match persist::object_version(store, &ObjectId::new(self.id, oid)) {
+            Ok(Some(v)) => v,
+            _ => return false,
+        };
+        self.missing.insert(oid.to_string(), version);
+        let mut txn = Transaction::new();
+        persist::missing_add(&mut txn, self.id, oid, version);
+        self.submit(ctx, txn, Wait::Quiet).is_ok()
     }
 
     /// Every acting member holds every object (backfill targets, which

@@ -107,6 +107,8 @@ impl Pg {
         if self.replica_act.is_some_and(|(_, a)| a > act) {
             return; // a newer activation was accepted already
         }
+        // A reservation granted for an earlier activation ends with it.
+        ctx.slots.release_remote(self.id);
         let mut txn = Transaction::new();
         let result = if backfill {
             self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn);
@@ -406,7 +408,7 @@ impl Pg {
         }
         let key = ctx.id();
         for (index, (name, _)) in wanted.iter().enumerate() {
-            if self.missing.contains_key(name) || !self.info.backfill.covers(name) {
+            if self.missing.contains_key(name) {
                 let result = Err(format!("osd.{} does not hold {name:?}", ctx.me));
                 return ctx.send(from, self.id, PgBody::PullReply { act, tid, result });
             }
@@ -509,10 +511,20 @@ impl Pg {
         } else {
             ctx.slots.reserve_remote(self.id)
         };
+        tracing::debug!(
+            "osd.{} pg {}: backfill reservation for osd.{from} as {act}: {result:?}",
+            ctx.me,
+            self.id
+        );
         ctx.send(from, self.id, PgBody::Reserved { act, result });
     }
 
-    pub(crate) fn got_release(&mut self, ctx: &mut Ctx<'_>, from: OsdId, _act: ActId) {
+    pub(crate) fn got_release(&mut self, ctx: &mut Ctx<'_>, from: OsdId, act: ActId) {
+        tracing::debug!(
+            "osd.{} pg {}: release from osd.{from} as {act}",
+            ctx.me,
+            self.id
+        );
         if self.mapping.primary() == Some(from) || self.role != Role::Replica {
             ctx.slots.release_remote(self.id);
         }

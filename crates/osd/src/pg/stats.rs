@@ -7,7 +7,8 @@ use super::backfill::Reservation;
 use super::{Pg, Phase};
 
 impl Pg {
-    pub(crate) fn stat(&self) -> PgStat {
+    /// The PG's state as a primary reports it.
+    pub fn stat(&self) -> PgStat {
         let (state, detail, blocked_by) = self.describe();
         let primary = self.primary.as_ref();
         let mut degraded = self.missing.len() as u64;
@@ -34,7 +35,12 @@ impl Pg {
             objects: self.objects_estimate,
             degraded,
             unfound,
-            recovered: self.recovered(),
+            // Only a serving interval may end the monitor's memory of
+            // earlier ones: it is the one recorded as read-write when it
+            // closes, whose members then hold everything acknowledged. A
+            // PG recovered below min_size is not.
+            recovered: self.recovered()
+                && self.mapping.acting.osds.len() as u32 >= self.mapping.min_size,
             blocked_by,
             detail,
             recovered_objects: self.counters.recovered_objects,
@@ -122,10 +128,33 @@ impl Pg {
         } else if clean {
             "serving".to_string()
         } else {
+            let backfill: Vec<String> = primary
+                .map(|p| {
+                    p.backfill
+                        .iter()
+                        .filter(|(_, b)| !b.complete)
+                        .map(|(o, b)| {
+                            format!(
+                                "osd.{o} {:?} after {:?}{}",
+                                b.reservation,
+                                b.done_upto,
+                                if b.step.is_some() {
+                                    " (batch in flight)"
+                                } else {
+                                    ""
+                                }
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let slot = primary.is_some_and(|p| p.backfill_slot);
             format!(
-                "serving; {} missing here, {} unfound",
+                "serving; {} missing here, {} unfound; backfill slot {}; targets [{}]",
                 self.missing.len(),
-                primary.map_or(0, |p| p.unfound.len())
+                primary.map_or(0, |p| p.unfound.len()),
+                if slot { "held" } else { "not held" },
+                backfill.join(", ")
             )
         };
         (words.join("+"), detail, Vec::new())

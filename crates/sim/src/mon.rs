@@ -1,0 +1,149 @@
+//! The simulated monitor: the real map model ([`ClusterMap`] and its
+//! mutations, past intervals included) driven by the same requests the
+//! daemon monitor serves — boot, heartbeats (an OSD silent for the grace
+//! period is marked down, and out after the down-out interval), `up_thru`,
+//! `pg_temp`, trimming history when a primary reports its PG recovered —
+//! batched into one new epoch per tick.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_map::{ClusterMap, WEIGHT_ONE};
+use cairn_types::{Epoch, OsdId, PgId};
+use cairn_wire::PgStat;
+
+#[derive(Clone, Debug)]
+pub enum Change {
+    Boot(OsdId),
+    Down(OsdId),
+    Out(OsdId),
+    In(OsdId),
+    Lost(OsdId),
+    UpThru(OsdId, Epoch),
+    PgTemp(OsdId, PgId, Vec<OsdId>),
+}
+
+pub struct SimMon {
+    pub map: Arc<ClusterMap>,
+    pub grace: Duration,
+    pub down_out: Option<Duration>,
+    last_heartbeat: BTreeMap<OsdId, Duration>,
+    down_since: BTreeMap<OsdId, Duration>,
+    pub stats: BTreeMap<PgId, PgStat>,
+    pending: Vec<Change>,
+    to_trim: Vec<PgId>,
+}
+
+impl SimMon {
+    pub fn new(size: u32, min_size: u32, pg_num: u32) -> Self {
+        let mut map = ClusterMap::new("sim".into());
+        map.create_pool("rbd", size, min_size, pg_num)
+            .unwrap_or_else(|e| panic!("bad simulation pool: {e}"));
+        map.epoch = 2;
+        SimMon {
+            map: Arc::new(map),
+            grace: Duration::from_secs(3),
+            down_out: Some(Duration::from_secs(8)),
+            last_heartbeat: BTreeMap::new(),
+            down_since: BTreeMap::new(),
+            stats: BTreeMap::new(),
+            pending: Vec::new(),
+            to_trim: Vec::new(),
+        }
+    }
+
+    pub fn request(&mut self, change: Change) {
+        self.pending.push(change);
+    }
+
+    pub fn heartbeat(&mut self, osd: OsdId, now: Duration, stats: Vec<PgStat>) {
+        if self.map.is_up(osd) {
+            self.last_heartbeat.insert(osd, now);
+        }
+        for stat in stats {
+            if stat.recovered && self.map.pg_history.contains_key(&stat.pg) {
+                self.to_trim.push(stat.pg);
+            }
+            self.stats.insert(stat.pg, stat);
+        }
+    }
+
+    /// Apply what is pending; returns the new map if it changed.
+    pub fn tick(&mut self, now: Duration) -> Option<Arc<ClusterMap>> {
+        // Timers first, so that requests (an administrator's `in`, a boot)
+        // made meanwhile win.
+        let mut timed = Vec::new();
+        for (&osd, &at) in &self.last_heartbeat {
+            if self.map.is_up(osd) && now > at + self.grace {
+                timed.push(Change::Down(osd));
+            }
+        }
+        if let Some(after) = self.down_out {
+            for (&osd, &at) in &self.down_since {
+                let info = self.map.osds.get(&osd);
+                if info.is_some_and(|o| !o.up && o.is_in) && now > at + after {
+                    timed.push(Change::Out(osd));
+                }
+            }
+        }
+        timed.append(&mut self.pending);
+        self.pending = timed;
+        if self.pending.is_empty() && self.to_trim.is_empty() {
+            return None;
+        }
+        let mut next = (*self.map).clone();
+        let mut changed = false;
+        for change in std::mem::take(&mut self.pending) {
+            let applied = self.apply(&mut next, change.clone(), now);
+            if applied {
+                tracing::debug!("mon: epoch {} at {now:?}: {change:?}", self.map.epoch + 1);
+            }
+            changed |= applied;
+        }
+        for pg in std::mem::take(&mut self.to_trim) {
+            if let Some(stat) = self.stats.get(&pg).filter(|s| s.recovered) {
+                changed |= next.trim_history(pg, stat.interval_epoch, &stat.acting);
+            }
+        }
+        if !changed {
+            return None;
+        }
+        next.epoch = self.map.epoch + 1;
+        next.advance_history(&self.map);
+        self.map = Arc::new(next);
+        Some(self.map.clone())
+    }
+
+    fn apply(&mut self, map: &mut ClusterMap, change: Change, now: Duration) -> bool {
+        match change {
+            Change::Boot(osd) => {
+                map.osd_boot(osd, format!("sim:{osd}"), WEIGHT_ONE);
+                self.last_heartbeat.insert(osd, now);
+                self.down_since.remove(&osd);
+                true
+            }
+            Change::Down(osd) => {
+                self.last_heartbeat.remove(&osd);
+                self.down_since.insert(osd, now);
+                map.mark_down(osd)
+            }
+            Change::Out(osd) => {
+                self.down_since.remove(&osd);
+                map.set_in(osd, false).unwrap_or(false)
+            }
+            Change::In(osd) => {
+                self.down_since.remove(&osd);
+                map.set_in(osd, true).unwrap_or(false)
+            }
+            Change::Lost(osd) => map.mark_lost(osd).unwrap_or(false),
+            Change::UpThru(osd, epoch) => map.set_up_thru(osd, epoch),
+            Change::PgTemp(from, pg, osds) => {
+                if map.acting(pg).primary() != Some(from) {
+                    return false;
+                }
+                map.set_pg_temp(pg, osds).unwrap_or(false)
+            }
+        }
+    }
+}

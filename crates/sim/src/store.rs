@@ -1,0 +1,230 @@
+//! A simulated disk under an OSD: an in-memory store whose transactions
+//! become durable only when the simulation says their commit completed.
+//!
+//! Fault model: a crash drops every transaction not yet durable (the
+//! store comes back as the durable ones left it); bit rot makes reads of
+//! one object's copy fail their checksum until the copy is rewritten whole
+//! (removed, or truncated to nothing); nothing else (no torn transactions: the real stores guarantee
+//! atomicity, and their own tests cover that).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use cairn_store::memstore::MemStore;
+use cairn_store::{
+    BoxFuture, Collection, Commit, ObjectId, ObjectStat, ObjectStore, Result, StoreError,
+    StoreStats, Transaction, TxOp, Version,
+};
+
+/// A PG's client objects on one disk: name → (data, encoded version).
+pub type Snapshot = BTreeMap<String, (Vec<u8>, Vec<u8>)>;
+
+pub struct SimStore {
+    visible: MemStore,
+    durable: Vec<Transaction>,
+    pending: VecDeque<(u64, Transaction)>,
+    next_seq: u64,
+    /// Object copies whose data fails its checksum.
+    corrupt: BTreeSet<ObjectId>,
+}
+
+impl Default for SimStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SimStore {
+    pub fn new() -> Self {
+        SimStore {
+            visible: MemStore::new(),
+            durable: Vec::new(),
+            pending: VecDeque::new(),
+            next_seq: 0,
+            corrupt: BTreeSet::new(),
+        }
+    }
+
+    /// Apply `txn` (visible at once) and return its sequence number; it is
+    /// durable once [`SimStore::make_durable`] reaches that number.
+    pub fn apply(&mut self, txn: Transaction) -> Result<u64> {
+        txn.validate()?;
+        for op in &txn.ops {
+            match op {
+                // Rewritten whole: new data, good checksums.
+                TxOp::Remove { oid } | TxOp::Truncate { oid, size: 0 } => {
+                    self.corrupt.remove(oid);
+                }
+                TxOp::RemoveCollection { coll } => self.corrupt.retain(|o| o.coll != *coll),
+                _ => {}
+            }
+        }
+        self.visible.submit(txn.clone())?;
+        self.next_seq += 1;
+        self.pending.push_back((self.next_seq, txn));
+        Ok(self.next_seq)
+    }
+
+    /// Everything up to `seq` is durable.
+    pub fn make_durable(&mut self, seq: u64) {
+        while self.pending.front().is_some_and(|(s, _)| *s <= seq) {
+            if let Some((_, txn)) = self.pending.pop_front() {
+                self.durable.push(txn);
+            }
+        }
+    }
+
+    /// Power loss: what was not durable is gone.
+    pub fn crash(&mut self) {
+        self.pending.clear();
+        self.visible = MemStore::new();
+        for txn in &self.durable {
+            // Durable transactions applied once already; they apply again.
+            if let Err(e) = self.visible.submit(txn.clone()) {
+                panic!("replaying a durable transaction failed: {e}");
+            }
+        }
+    }
+
+    /// Bit rot in one object's copy.
+    pub fn corrupt(&mut self, oid: ObjectId) {
+        self.corrupt.insert(oid);
+    }
+
+    pub fn is_corrupt(&self, oid: &ObjectId) -> bool {
+        self.corrupt.contains(oid)
+    }
+
+    /// Every client object of `coll` with its data and version, for
+    /// comparing copies.
+    pub fn snapshot(&self, coll: Collection) -> Snapshot {
+        let mut out = BTreeMap::new();
+        for name in self.visible.list_objects(coll).unwrap_or_default() {
+            if name.starts_with('\u{1}') {
+                continue;
+            }
+            let oid = ObjectId::new(coll, name.clone());
+            let size = self.visible.stat(&oid).map(|s| s.size).unwrap_or(0);
+            let data = poll_now(self.visible.read(&oid, 0, size))
+                .map(|b| b.to_vec())
+                .unwrap_or_default();
+            let version = self
+                .visible
+                .get_attr(&oid, "_v")
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            out.insert(name, (data, version));
+        }
+        out
+    }
+}
+
+/// Run a future that the in-memory store completes at once.
+pub fn poll_now<T>(fut: BoxFuture<T>) -> T {
+    let mut fut = fut;
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("an in-memory store operation did not complete at once"),
+    }
+}
+
+impl ObjectStore for SimStore {
+    fn submit(&self, _txn: Transaction) -> Result<Commit> {
+        Err(StoreError::Invalid(
+            "the simulation submits through SimStore::apply".into(),
+        ))
+    }
+
+    fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>> {
+        if self.corrupt.contains(oid) {
+            let err = StoreError::Checksum {
+                oid: oid.clone(),
+                offset,
+                device_offset: 0,
+            };
+            return Box::pin(async move { Err(err) });
+        }
+        self.visible.read(oid, offset, len)
+    }
+
+    fn stat(&self, oid: &ObjectId) -> Result<ObjectStat> {
+        self.visible.stat(oid)
+    }
+
+    fn get_attr(&self, oid: &ObjectId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.visible.get_attr(oid, key)
+    }
+
+    fn get_attrs(&self, oid: &ObjectId) -> Result<BTreeMap<String, Vec<u8>>> {
+        self.visible.get_attrs(oid)
+    }
+
+    fn omap_get(&self, oid: &ObjectId, keys: &[String]) -> Result<BTreeMap<String, Vec<u8>>> {
+        self.visible.omap_get(oid, keys)
+    }
+
+    fn omap_list(
+        &self,
+        oid: &ObjectId,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        self.visible.omap_list(oid, start_after, max)
+    }
+
+    fn list_objects(&self, coll: Collection) -> Result<Vec<String>> {
+        self.visible.list_objects(coll)
+    }
+
+    fn list_collections(&self) -> Result<Vec<Collection>> {
+        self.visible.list_collections()
+    }
+
+    fn read_log(&self, coll: Collection) -> Result<Vec<(Version, Vec<u8>)>> {
+        self.visible.read_log(coll)
+    }
+
+    fn coll_get_attr(&self, coll: Collection, key: &str) -> Result<Option<Vec<u8>>> {
+        self.visible.coll_get_attr(coll, key)
+    }
+
+    fn statfs(&self) -> Result<StoreStats> {
+        self.visible.statfs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_types::PgId;
+
+    #[test]
+    fn a_crash_keeps_exactly_the_durable_prefix() {
+        let pg = PgId::new(1, 0);
+        let oid = |n: &str| ObjectId::new(pg, n);
+        let mut store = SimStore::new();
+        let mut txn = Transaction::new();
+        txn.write(&oid("a"), 0, Bytes::from_static(b"one"));
+        let first = store.apply(txn).unwrap();
+        let mut txn = Transaction::new();
+        txn.write(&oid("b"), 0, Bytes::from_static(b"two"));
+        store.apply(txn).unwrap();
+        store.make_durable(first);
+        assert!(store.stat(&oid("b")).is_ok(), "visible before durable");
+        store.crash();
+        assert!(store.stat(&oid("a")).is_ok());
+        assert!(store.stat(&oid("b")).is_err(), "not durable: gone");
+        store.corrupt(oid("a"));
+        assert!(matches!(
+            poll_now(store.read(&oid("a"), 0, 3)),
+            Err(StoreError::Checksum { .. })
+        ));
+        let mut txn = Transaction::new();
+        txn.remove(&oid("a"));
+        store.apply(txn).unwrap();
+        assert!(!store.is_corrupt(&oid("a")));
+    }
+}
