@@ -24,7 +24,7 @@ pub(crate) fn crush_name(v: &str) -> Result<(), String> {
 }
 
 /// Empty (detect), or a class name.
-pub(crate) fn device_class(v: &String) -> Result<(), String> {
+pub(crate) fn device_class(v: &str) -> Result<(), String> {
     if v.is_empty() {
         return Ok(());
     }
@@ -32,7 +32,7 @@ pub(crate) fn device_class(v: &String) -> Result<(), String> {
 }
 
 /// Space-separated bucket types, lowest first; `host` and `root` needed.
-pub(crate) fn bucket_types(v: &String) -> Result<(), String> {
+pub(crate) fn bucket_types(v: &str) -> Result<(), String> {
     let types: Vec<&str> = v.split_whitespace().collect();
     for (i, t) in types.iter().enumerate() {
         crush_name(t)?;
@@ -53,7 +53,7 @@ pub(crate) fn bucket_types(v: &String) -> Result<(), String> {
 
 /// `type=name` pairs separated by spaces or commas (empty: `host=<this
 /// machine's name>`).
-pub(crate) fn location(v: &String) -> Result<(), String> {
+pub(crate) fn location(v: &str) -> Result<(), String> {
     let mut seen: Vec<&str> = Vec::new();
     for token in location_tokens(v) {
         let Some((kind, name)) = token.split_once('=') else {
@@ -75,7 +75,7 @@ fn location_tokens(v: &str) -> impl Iterator<Item = &str> {
 
 /// Empty (from the device's size), or a decimal number of TiB below 65536
 /// with at most nine digits after the point.
-pub(crate) fn weight(v: &String) -> Result<(), String> {
+pub(crate) fn weight(v: &str) -> Result<(), String> {
     if v.is_empty() {
         return Ok(());
     }
