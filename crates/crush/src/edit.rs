@@ -28,6 +28,16 @@ impl Default for CrushMap {
 }
 
 impl CrushMap {
+    /// The map of a new cluster on one machine: the default types, and a
+    /// default rule placing replicas on distinct OSDs.
+    pub fn single_machine() -> CrushMap {
+        let mut map = CrushMap::default();
+        if let Some(rule) = map.data.rules.get_mut(&0) {
+            rule.failure_domain = DEVICE_TYPE;
+        }
+        map
+    }
+
     /// The map of a new cluster: bucket types `bucket_types` (lowest first,
     /// above `osd`; they must include `host` and `root`), root `default`,
     /// and rule `replicated_rule` placing replicas on distinct items of type

@@ -1,5 +1,6 @@
 //! Administrative commands: each returns JSON on success or one line of
-//! error text; a failed command changes nothing.
+//! error text; a failed command changes nothing. CRUSH commands are in
+//! `crush_commands`.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +17,13 @@ impl Monitor {
         let value: Result<Value, String> = match cmd {
             MonCommand::Status => Ok(status(&st.map, &st.pg_stats)),
             MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
-            MonCommand::OsdLs => Ok(json!(st.map.osds.values().collect::<Vec<_>>())),
-            MonCommand::PoolLs => Ok(json!(st.map.pools.values().collect::<Vec<_>>())),
+            MonCommand::OsdLs => Ok(crate::crush_commands::osd_list(&st.map)),
+            MonCommand::PoolLs => Ok(json!(st
+                .map
+                .pools
+                .values()
+                .map(|p| crate::crush_commands::pool_json(&st.map, p))
+                .collect::<Vec<_>>())),
             MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
             MonCommand::OsdOut { id } | MonCommand::OsdIn { id } => {
                 let is_in = matches!(cmd, MonCommand::OsdIn { .. });
@@ -40,17 +46,24 @@ impl Monitor {
                 pg_num,
                 size,
                 min_size,
+                rule,
             } => {
                 let size = size.unwrap_or(self.opts.pool_default_size);
                 let min_size = min_size.unwrap_or(self.opts.pool_default_min_size.min(size.max(1)));
                 let pg_num = pg_num.unwrap_or(self.opts.pool_default_pg_num);
                 self.update(&mut st, |map| {
-                    match map.create_pool(&name, size, min_size, pg_num) {
-                        Ok(id) => (true, Ok(json!(map.pools[&id]))),
+                    match map.create_pool_with_rule(&name, size, min_size, pg_num, rule.as_deref())
+                    {
+                        Ok(id) => (
+                            true,
+                            Ok(crate::crush_commands::pool_json(map, &map.pools[&id])),
+                        ),
                         Err(e) => (false, Err(e.to_string())),
                     }
                 })?
             }
+            MonCommand::OsdTree => Ok(crate::crush_commands::osd_tree(&st.map)),
+            MonCommand::OsdCrush(cmd) => self.crush_command(&mut st, cmd)?,
             MonCommand::PoolRm { name } => {
                 self.update(&mut st, |map| match map.remove_pool(&name) {
                     Ok(id) => (true, Ok(json!({ "removed": name, "id": id }))),
@@ -72,14 +85,23 @@ pub(crate) fn pg_state(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Str
     if acting.osds.is_empty() {
         return "down".into();
     }
+    let undersized = (acting.osds.len() as u32) < pool.size;
     match stat.filter(|s| s.acting == acting.osds) {
         None => "peering".into(),
         Some(s) => match s.state {
-            PgState::Active if acting.osds.len() as u32 >= pool.size => "active+clean".into(),
-            PgState::Active => "active+degraded".into(),
+            PgState::Active if !undersized => "active+clean".into(),
+            PgState::Active => "active+undersized+degraded".into(),
+            other if undersized => format!("{}+undersized", other.name()),
             other => other.name().into(),
         },
     }
+}
+
+/// Is `pg` served by fewer OSDs than its pool's size (too few up, or CRUSH
+/// cannot find enough failure domains)?
+fn is_undersized(map: &ClusterMap, pg: PgId) -> bool {
+    map.pool(pg.pool)
+        .is_some_and(|p| (map.acting(pg).osds.len() as u32) < p.size)
 }
 
 fn pg_list(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Vec<Value> {
@@ -100,14 +122,20 @@ fn pg_list(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) ->
 fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Value {
     let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
     let mut objects = 0;
+    let mut undersized = 0u64;
     for pg in map.all_pgs() {
         let stat = stats.get(&pg);
         *by_state.entry(pg_state(map, pg, stat)).or_default() += 1;
         objects += stat.map(|s| s.objects).unwrap_or(0);
+        undersized += u64::from(is_undersized(map, pg));
     }
     let total_pgs: u64 = by_state.values().sum();
     let clean = by_state.get("active+clean").copied().unwrap_or(0);
-    let active = clean + by_state.get("active+degraded").copied().unwrap_or(0);
+    let active: u64 = by_state
+        .iter()
+        .filter(|(state, _)| state.starts_with("active"))
+        .map(|(_, n)| n)
+        .sum();
     let osds_up = map.osds.values().filter(|o| o.up).count();
     let osds_in = map.osds.values().filter(|o| o.is_in).count();
     let mut warnings = Vec::new();
@@ -119,13 +147,22 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
     } else if clean < total_pgs {
         warnings.push(format!("{} pgs degraded", total_pgs - clean));
     }
+    if undersized > 0 {
+        warnings.push(format!("{undersized} pgs undersized"));
+    }
+    let outside_crush = map.osds_outside_crush().count();
+    if outside_crush > 0 {
+        warnings.push(format!(
+            "{outside_crush} osds not in the CRUSH map (they get no data)"
+        ));
+    }
     json!({
         "fsid": map.fsid,
         "epoch": map.epoch,
         "health": if warnings.is_empty() { "HEALTH_OK".to_string() } else { format!("HEALTH_WARN: {}", warnings.join("; ")) },
         "osds": { "total": map.osds.len(), "up": osds_up, "in": osds_in },
         "pools": map.pools.len(),
-        "pgs": { "total": total_pgs, "active": active, "clean": clean, "by_state": by_state },
+        "pgs": { "total": total_pgs, "active": active, "clean": clean, "undersized": undersized, "by_state": by_state },
         "objects": objects,
     })
 }

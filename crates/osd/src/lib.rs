@@ -47,6 +47,8 @@ pub struct OsdOptions {
     pub pg_log_max_entries: usize,
     /// File holding the cluster fsid this OSD belongs to (written at first boot).
     pub fsid_file: Option<std::path::PathBuf>,
+    /// Sent with every boot: CRUSH location, device class and size.
+    pub crush: cairn_map::crush::DeviceReport,
 }
 
 #[derive(Debug, thiserror::Error)]

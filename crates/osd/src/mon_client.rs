@@ -46,6 +46,7 @@ impl Osd {
             id: self.id(),
             addr: self.addr.to_string(),
             fsid,
+            crush: self.opts.crush.clone(),
         };
         conn.sender.send(boot.clone());
         tracing::info!("osd.{} booting at {}", self.id(), self.addr);
