@@ -94,8 +94,8 @@ pub fn short_hostname() -> String {
 
 /// Major and minor numbers of a Linux `dev_t` (glibc's encoding).
 fn major_minor(dev: u64) -> (u64, u64) {
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000);
+    let minor = (dev & 0xff) | ((dev >> 12) & 0xffff_ff00);
     (major, minor)
 }
 
@@ -187,6 +187,7 @@ mod tests {
         assert_eq!(major_minor(0x801), (8, 1));
         assert_eq!(major_minor((259 << 8) | 3), (259, 3));
         assert_eq!(major_minor(0x0000_1000_0000_0801), (0x1008, 1));
+        assert_eq!(major_minor(0x1230_0801), (8, 0x12301));
     }
 
     #[test]
