@@ -174,7 +174,10 @@ fn filesystem_bytes(path: &Path) -> u64 {
     if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
         return 0;
     }
-    u64::from(stat.f_blocks).saturating_mul(u64::from(stat.f_frsize))
+    // The field types are u64 on 64-bit Linux but narrower elsewhere.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_size) = (u64::from(stat.f_blocks), u64::from(stat.f_frsize));
+    blocks.saturating_mul(block_size)
 }
 
 #[cfg(test)]

@@ -67,8 +67,8 @@ pub fn print_osds(v: &Value) {
 /// `osd tree`, like `ceph osd tree`: the hierarchy indented by depth.
 pub fn print_tree(v: &Value) {
     println!(
-        "{:>4}  {:<6} {:>9}  {:<28} {:<7} {}",
-        "ID", "CLASS", "WEIGHT", "TYPE NAME", "STATUS", "IN"
+        "{:>4}  {:<6} {:>9}  {:<28} {:<7} IN",
+        "ID", "CLASS", "WEIGHT", "TYPE NAME", "STATUS"
     );
     for n in v["nodes"].as_array().into_iter().flatten() {
         let depth = n["depth"].as_u64().unwrap_or(0) as usize;
@@ -118,7 +118,7 @@ fn in_word(v: &Value) -> &'static str {
 
 /// `osd crush rule ls`.
 pub fn print_rules(v: &Value) {
-    println!("{:<4} {:<20} {:<56} {}", "ID", "NAME", "STEPS", "POOLS");
+    println!("{:<4} {:<20} {:<56} POOLS", "ID", "NAME", "STEPS");
     for r in v.as_array().into_iter().flatten() {
         let join = |key: &str| -> String {
             let items: Vec<String> = r[key].as_array().into_iter().flatten().map(s).collect();
@@ -141,8 +141,8 @@ pub fn print_rules(v: &Value) {
 
 pub fn print_pools(v: &Value) {
     println!(
-        "{:<4} {:<20} {:>5} {:>9} {:>7}  {}",
-        "ID", "NAME", "SIZE", "MIN_SIZE", "PG_NUM", "RULE"
+        "{:<4} {:<20} {:>5} {:>9} {:>7}  RULE",
+        "ID", "NAME", "SIZE", "MIN_SIZE", "PG_NUM"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
