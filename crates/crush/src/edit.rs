@@ -1,7 +1,8 @@
 //! Making and changing a CRUSH map. Every edit is validated and atomic: it
 //! runs on a copy that replaces the map only if the whole edit succeeded
 //! and the result passes [`CrushMap::check`], so an error changes nothing.
-//! Moves that would put a bucket inside itself are refused.
+//! Moves that would put a bucket inside itself are refused. No edit may
+//! change a map in place, or leave its derived weights stale.
 
 use std::collections::BTreeMap;
 
@@ -402,7 +403,7 @@ impl CrushMap {
         for (type_id, name) in resolved {
             match self.bucket_id(&name) {
                 Some(existing) => {
-                    let have = self.data.buckets[&existing].type_id;
+                    let have = self.type_of(existing).unwrap_or(type_id);
                     if have != type_id {
                         return Err(CrushError::InvalidLocation {
                             text: location.to_string(),

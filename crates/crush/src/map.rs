@@ -8,7 +8,8 @@
 //! existing bucket listing it exactly once; following parents always ends
 //! at a root within [`MAX_DEPTH`] levels (so there are no loops); bucket
 //! names are unique and never `osd.N`; rules name existing roots, types and
-//! classes. A map that breaks one does not decode.
+//! classes. A map that breaks one does not decode. Nothing here changes a
+//! map (that is `edit`'s), and derived weights must never be serialized.
 
 use std::collections::BTreeMap;
 
