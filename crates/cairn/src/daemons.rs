@@ -211,9 +211,15 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         id,
         mon_addr: config.global.mon_addr.clone(),
         heartbeat_interval: Duration::from_millis(osd_conf.heartbeat_interval_ms),
-        pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
         fsid_file: Some(dir.join("fsid")),
         crush,
+        core: cairn_osd::CoreOptions {
+            pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
+            recovery_max_active: osd_conf.recovery_max_active as usize,
+            recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
+            max_backfills: osd_conf.max_backfills as usize,
+            peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
+        },
     };
     let rt = runtime(osd_conf.worker_threads)?;
     rt.block_on(async {

@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{TestCluster, CAIRN};
 use serde_json::Value;
@@ -244,21 +245,66 @@ fn crush_mistakes_are_one_line_and_change_nothing() {
     );
 }
 
+/// Poll `status` until `ok` holds (at most 30 s); returns the last status.
+fn wait_status(cluster: &TestCluster, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = cluster.status();
+        if ok(&status) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The up sets (CRUSH's placement of the up OSDs) of every PG.
+fn up_sets(cluster: &TestCluster) -> Vec<Vec<u64>> {
+    json(cluster, &["pg", "ls"])
+        .as_array()
+        .expect("pgs")
+        .iter()
+        .map(|pg| {
+            pg["up"]
+                .as_array()
+                .expect("up")
+                .iter()
+                .map(|o| o.as_u64().expect("id"))
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
 fn pgs_that_lose_their_failure_domains_show_undersized() {
     let cluster = TestCluster::up(3);
     assert_eq!(cluster.status()["health"], "HEALTH_OK");
+    // Out: CRUSH places no PG on it (its data stays served until moved).
     cluster.ok(&["osd", "out", "2"]);
-    let status = cluster.status();
+    for up in up_sets(&cluster) {
+        assert_eq!(up.len(), 2, "{up:?}");
+        assert!(!up.contains(&2));
+    }
+    cluster.ok(&["osd", "in", "2"]);
+    wait_status(&cluster, "all clean again", |s| {
+        s["pgs"]["clean"] == s["pgs"]["total"]
+    });
+    // Down: every PG is left with two of its three OSDs.
+    cluster.kill9("osd.2");
+    let status = wait_status(&cluster, "undersized PGs", |s| s["pgs"]["undersized"] == 16);
     let health = status["health"].as_str().unwrap_or("");
     assert!(health.contains("16 pgs undersized"), "{status}");
-    assert_eq!(status["pgs"]["undersized"], 16);
     for (pg, acting) in acting_sets(&cluster, None) {
         assert_eq!(acting.len(), 2, "{pg}");
         assert!(!acting.contains(&2));
     }
-    cluster.ok(&["osd", "in", "2"]);
-    assert_eq!(cluster.status()["pgs"]["undersized"], 0);
+    cluster.restart_missing();
+    wait_status(&cluster, "no undersized PG", |s| {
+        s["pgs"]["undersized"] == 0
+    });
 }
 
 #[test]
@@ -292,10 +338,21 @@ fn three_hosts_every_acting_set_spans_them() {
     cluster.restart_missing();
     assert_eq!(parents(&json(&cluster, &["osd", "tree"])), expected);
 
-    // Both OSDs of h2 out: every PG keeps two hosts and shows undersized.
+    // Both OSDs of h2 out: CRUSH places every PG on the two other hosts.
     cluster.ok(&["osd", "out", "2"]);
     cluster.ok(&["osd", "out", "3"]);
-    let status = cluster.status();
+    for up in up_sets(&cluster) {
+        let hosts: BTreeSet<&String> = up.iter().map(|o| &host_of[o]).collect();
+        assert_eq!((up.len(), hosts.len()), (2, 2), "{up:?}");
+        assert!(!hosts.contains(&"h2".to_string()));
+    }
+    cluster.ok(&["osd", "in", "2"]);
+    cluster.ok(&["osd", "in", "3"]);
+    wait_status(&cluster, "all clean again", |s| s["pgs"]["clean"] == s["pgs"]["total"]);
+    // Both OSDs of h2 down: every PG keeps two hosts and shows undersized.
+    cluster.kill9("osd.2");
+    cluster.kill9("osd.3");
+    let status = wait_status(&cluster, "undersized PGs", |s| s["pgs"]["undersized"] == 32);
     assert!(
         status["health"]
             .as_str()

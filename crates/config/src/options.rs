@@ -304,8 +304,24 @@ section! {
         /// Filestore journal size, in bytes, that triggers a checkpoint (at
         /// least 1).
         journal_max_bytes: u64 = 256 << 20, check at_least_one;
-        /// PG log entries kept per PG (at least 1).
+        /// PG log entries kept per PG (at least 1; Ceph's
+        /// `osd_max_pg_log_entries`). A member that was away for fewer
+        /// writes than this catches up by log recovery (only the objects
+        /// those writes touched); one away longer is backfilled (the whole
+        /// PG compared and copied). Fewer entries cost less per write.
         pg_log_max_entries: u32 = 3000, check at_least_one;
+        /// Objects in log recovery at once on this OSD (at least 1; Ceph's
+        /// `osd_recovery_max_active`).
+        recovery_max_active: u32 = 3, check at_least_one;
+        /// Pause, in milliseconds, between starting recovery operations
+        /// (Ceph's `osd_recovery_sleep`), to leave the disk to clients.
+        recovery_sleep_ms: u64 = 0, check any;
+        /// PGs backfilling at once with this OSD as primary, and as many
+        /// with it as target (at least 1; Ceph's `osd_max_backfills`).
+        max_backfills: u32 = 1, check at_least_one;
+        /// Unanswered peering requests are sent again after this many
+        /// milliseconds (at least 1).
+        peering_retry_ms: u64 = 2000, check at_least_one;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

@@ -221,6 +221,15 @@ impl ClusterMap {
         }
     }
 
+    /// The map a daemon holds before it has any: epoch 0, older than every
+    /// map a monitor publishes.
+    pub fn before_first() -> Self {
+        Self {
+            epoch: 0,
+            ..Self::new(String::new())
+        }
+    }
+
     pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
         self.pools.values().find(|p| p.name == name)
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use cairn_map::{ClusterMap, MapError};
 use cairn_types::PgId;
-use cairn_wire::{MonCommand, PgStat, PgState};
+use cairn_wire::{MonCommand, PgStat};
 use serde_json::{json, Value};
 
 use crate::{MonStoreError, Monitor};
@@ -25,6 +25,11 @@ impl Monitor {
                 .map(|p| crate::crush_commands::pool_json(&st.map, p))
                 .collect::<Vec<_>>())),
             MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
+            MonCommand::PgQuery { pg } => pg_query(&st.map, pg, st.pg_stats.get(&pg)),
+            MonCommand::OsdLost { id } => self.update(&mut st, |map| match map.mark_lost(id) {
+                Ok(changed) => (changed, Ok(json!({ "osd": id, "lost": true }))),
+                Err(e) => (false, Err(e.to_string())),
+            })?,
             MonCommand::OsdOut { id } | MonCommand::OsdIn { id } => {
                 let is_in = matches!(cmd, MonCommand::OsdIn { .. });
                 self.update(&mut st, |map| match map.set_in(id, is_in) {
@@ -75,30 +80,30 @@ impl Monitor {
     }
 }
 
-/// The state name of one PG as `cairn status` shows it, from the map and
-/// the primary's latest report.
+/// The state name of one PG as `cairn status` shows it: its primary's
+/// report if that is about the PG's current mapping, else `peering` (or
+/// `down` when no OSD of it is up).
 pub(crate) fn pg_state(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> String {
-    let Some(pool) = map.pool(pg.pool) else {
+    if map.pool(pg.pool).is_none() {
         return "unknown".into();
-    };
+    }
     let acting = map.acting(pg);
     if acting.osds.is_empty() {
         return "down".into();
     }
-    let undersized = (acting.osds.len() as u32) < pool.size;
-    match stat.filter(|s| s.acting == acting.osds) {
+    match stat.filter(|s| s.acting == acting.osds && s.up == map.up(pg)) {
         None => "peering".into(),
-        Some(s) => match s.state {
-            PgState::Active if !undersized => "active+clean".into(),
-            PgState::Active => "active+undersized+degraded".into(),
-            other if undersized => format!("{}+undersized", other.name()),
-            other => other.name().into(),
-        },
+        Some(s) => s.state.clone(),
     }
 }
 
+fn has_word(state: &str, word: &str) -> bool {
+    state.split('+').any(|w| w == word)
+}
+
 /// Is `pg` served by fewer OSDs than its pool's size (too few up, or CRUSH
-/// cannot find enough failure domains)?
+/// cannot find enough failure domains)? Known from the map alone, before
+/// any primary reports.
 fn is_undersized(map: &ClusterMap, pg: PgId) -> bool {
     map.pool(pg.pool)
         .is_some_and(|p| (map.acting(pg).osds.len() as u32) < p.size)
@@ -111,42 +116,96 @@ fn pg_list(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) ->
             json!({
                 "pg": pg.to_string(),
                 "state": pg_state(map, pg, stat),
+                "up": map.up(pg),
                 "acting": map.acting(pg).osds,
                 "last_update": stat.map(|s| s.last_update.to_string()),
                 "objects": stat.map(|s| s.objects).unwrap_or(0),
+                "degraded": stat.map(|s| s.degraded).unwrap_or(0),
+                "unfound": stat.map(|s| s.unfound).unwrap_or(0),
+                "blocked_by": stat.map(|s| s.blocked_by.clone()).unwrap_or_default(),
             })
         })
         .collect()
 }
 
+fn pg_query(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Result<Value, String> {
+    match map.pool(pg.pool) {
+        Some(pool) if pg.seed < pool.pg_num => {}
+        _ => return Err(format!("pg {pg} does not exist")),
+    }
+    let history = map.pg_history.get(&pg);
+    let current = stat.filter(|s| s.acting == map.acting(pg).osds);
+    Ok(json!({
+        "pg": pg.to_string(),
+        "state": pg_state(map, pg, stat),
+        "epoch": map.epoch,
+        "up": map.up(pg),
+        "acting": map.acting(pg).osds,
+        "pg_temp": map.pg_temp.get(&pg),
+        "same_interval_since": history.map(|h| h.same_interval_since),
+        "past_intervals": history.map(|h| &h.intervals),
+        "blocked_by": current.map(|s| s.blocked_by.clone()).unwrap_or_default(),
+        "detail": current.map(|s| s.detail.clone()),
+        "last_update": current.map(|s| s.last_update.to_string()),
+        "objects": current.map(|s| s.objects),
+        "degraded": current.map(|s| s.degraded),
+        "unfound": current.map(|s| s.unfound),
+        "recovered_objects": current.map(|s| s.recovered_objects),
+        "backfilled_objects": current.map(|s| s.backfilled_objects),
+        "recovery_bytes": current.map(|s| s.recovery_bytes),
+    }))
+}
+
 fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Value {
     let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
     let mut objects = 0;
+    let (mut degraded, mut unfound) = (0, 0);
+    let (mut recovered_objects, mut backfilled_objects, mut recovery_bytes) = (0, 0, 0);
     let mut undersized = 0u64;
     for pg in map.all_pgs() {
         let stat = stats.get(&pg);
         *by_state.entry(pg_state(map, pg, stat)).or_default() += 1;
-        objects += stat.map(|s| s.objects).unwrap_or(0);
         undersized += u64::from(is_undersized(map, pg));
+        if let Some(s) = stat {
+            objects += s.objects;
+            degraded += s.degraded;
+            unfound += s.unfound;
+            recovered_objects += s.recovered_objects;
+            backfilled_objects += s.backfilled_objects;
+            recovery_bytes += s.recovery_bytes;
+        }
     }
+    let count = |word: &str| -> u64 {
+        by_state
+            .iter()
+            .filter(|(s, _)| has_word(s, word))
+            .map(|(_, n)| n)
+            .sum()
+    };
     let total_pgs: u64 = by_state.values().sum();
-    let clean = by_state.get("active+clean").copied().unwrap_or(0);
-    let active: u64 = by_state
-        .iter()
-        .filter(|(state, _)| state.starts_with("active"))
-        .map(|(_, n)| n)
-        .sum();
+    let clean = count("clean");
+    let active = count("active");
     let osds_up = map.osds.values().filter(|o| o.up).count();
     let osds_in = map.osds.values().filter(|o| o.is_in).count();
     let mut warnings = Vec::new();
     if osds_up < map.osds.len() {
         warnings.push(format!("{} osds down", map.osds.len() - osds_up));
     }
-    if active < total_pgs {
-        warnings.push(format!("{} pgs not active", total_pgs - active));
-    } else if clean < total_pgs {
-        warnings.push(format!("{} pgs degraded", total_pgs - clean));
+    for (word, what) in [
+        ("down", "down (waiting for OSDs that may hold newer data)"),
+        ("incomplete", "incomplete"),
+        ("peering", "peering"),
+        ("peered", "peered but below min_size (I/O blocked)"),
+        ("degraded", "degraded"),
+        ("backfilling", "backfilling"),
+        ("recovering", "recovering"),
+    ] {
+        let n = count(word);
+        if n > 0 {
+            warnings.push(format!("{n} pgs {what}"));
+        }
     }
+    // From the map: a PG with fewer OSDs than its size, reported or not.
     if undersized > 0 {
         warnings.push(format!("{undersized} pgs undersized"));
     }
@@ -156,6 +215,12 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
             "{outside_crush} osds not in the CRUSH map (they get no data)"
         ));
     }
+    if unfound > 0 {
+        warnings.push(format!("{unfound} objects unfound"));
+    }
+    if active < total_pgs && warnings.is_empty() {
+        warnings.push(format!("{} pgs not active", total_pgs - active));
+    }
     json!({
         "fsid": map.fsid,
         "epoch": map.epoch,
@@ -164,5 +229,12 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
         "pools": map.pools.len(),
         "pgs": { "total": total_pgs, "active": active, "clean": clean, "undersized": undersized, "by_state": by_state },
         "objects": objects,
+        "degraded_objects": degraded,
+        "unfound_objects": unfound,
+        "recovery": {
+            "recovered_objects": recovered_objects,
+            "backfilled_objects": backfilled_objects,
+            "bytes": recovery_bytes,
+        },
     })
 }

@@ -13,7 +13,7 @@ mod commands;
 mod crush_commands;
 pub mod store;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,8 +90,18 @@ struct MonState {
     sessions: HashMap<OsdId, OsdSession>,
     down_since: HashMap<OsdId, Instant>,
     pg_stats: HashMap<PgId, PgStat>,
+    /// PGs whose primary reported them recovered while they had history:
+    /// trimmed together at the next tick.
+    to_trim: HashSet<PgId>,
+    /// The newest maps, oldest first, so a subscriber that fell behind
+    /// gets every epoch it missed (OSDs detect intervals epoch by epoch).
+    recent: VecDeque<Arc<ClusterMap>>,
     next_session: u64,
 }
+
+/// Maps kept for subscribers that fell behind; one further behind gets
+/// the newest map only (and an OSD then re-peers every PG).
+pub const RECENT_MAPS: usize = 512;
 
 impl Monitor {
     /// Open the monitor's store in `dir`, creating a new cluster if empty.
@@ -119,13 +129,16 @@ impl Monitor {
             store.append(&map)?;
         }
         tracing::info!("monitor open: fsid {} epoch {}", map.fsid, map.epoch);
+        let map = Arc::new(map);
         let state = MonState {
-            map: Arc::new(map),
+            map: map.clone(),
             store,
             subscribers: Vec::new(),
             sessions: HashMap::new(),
             down_since: HashMap::new(),
             pg_stats: HashMap::new(),
+            to_trim: HashSet::new(),
+            recent: VecDeque::from([map]),
             next_session: 1,
         };
         Ok(Arc::new(Self {
@@ -174,9 +187,14 @@ impl Monitor {
         let (changed, value) = change(&mut next);
         if changed {
             next.epoch = state.map.epoch + 1;
+            next.advance_history(&state.map);
             state.store.append(&next)?;
             tracing::info!("map epoch {}", next.epoch);
             state.map = Arc::new(next);
+            state.recent.push_back(state.map.clone());
+            while state.recent.len() > RECENT_MAPS {
+                state.recent.pop_front();
+            }
             let msg = Message::MapUpdate {
                 map: Box::new((*state.map).clone()),
             };
@@ -265,17 +283,58 @@ impl Monitor {
                     s.last_heartbeat = Instant::now();
                 }
                 for stat in pgs {
+                    if stat.recovered && st.map.pg_history.contains_key(&stat.pg) {
+                        st.to_trim.insert(stat.pg);
+                    }
                     st.pg_stats.insert(stat.pg, stat);
                 }
             }
             Message::Subscribe { have } => {
                 let mut st = self.state.lock();
-                if st.map.epoch > have {
+                // A subscriber resuming gets every epoch it missed (an OSD
+                // tells interval changes epoch by epoch); a new one, the
+                // newest map.
+                let missed: Vec<Arc<ClusterMap>> = match st.recent.front() {
+                    Some(oldest) if have > 0 && oldest.epoch <= have + 1 => st
+                        .recent
+                        .iter()
+                        .filter(|m| m.epoch > have)
+                        .cloned()
+                        .collect(),
+                    _ if st.map.epoch > have => vec![st.map.clone()],
+                    _ => Vec::new(),
+                };
+                for map in missed {
                     sender.send(Message::MapUpdate {
-                        map: Box::new((*st.map).clone()),
+                        map: Box::new((*map).clone()),
                     });
                 }
                 st.subscribers.push(sender.clone());
+            }
+            Message::OsdUpThru { id, epoch } => {
+                let mut st = self.state.lock();
+                if *booted != Some(id) {
+                    tracing::warn!("up_thru for osd.{id} from another session; ignored");
+                    return Ok(());
+                }
+                self.update(&mut st, |map| (map.set_up_thru(id, epoch), ()))?;
+            }
+            Message::PgTemp { id, pg, osds } => {
+                let mut st = self.state.lock();
+                if *booted != Some(id) || st.map.acting(pg).primary() != Some(id) {
+                    tracing::info!("pg_temp for {pg} from osd.{id}, not its primary; ignored");
+                    return Ok(());
+                }
+                self.update(&mut st, |map| match map.set_pg_temp(pg, osds.clone()) {
+                    Ok(changed) => {
+                        tracing::info!("pg {pg}: pg_temp {osds:?} (osd.{id})");
+                        (changed, ())
+                    }
+                    Err(e) => {
+                        tracing::warn!("pg {pg}: pg_temp {osds:?} from osd.{id} refused: {e}");
+                        (false, ())
+                    }
+                })?;
             }
             Message::MonCommand { tid, cmd } => {
                 let result = self.command(cmd)?;
@@ -313,6 +372,7 @@ impl Monitor {
         loop {
             interval.tick().await;
             let mut st = self.state.lock();
+            self.trim_recovered(&mut st);
             let now = Instant::now();
             let silent: Vec<OsdId> = st
                 .sessions
@@ -346,6 +406,33 @@ impl Monitor {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Monitor {
+    /// Forget the past intervals of PGs whose primaries reported them
+    /// recovered in their current interval, in one new epoch.
+    fn trim_recovered(&self, st: &mut MonState) {
+        if st.to_trim.is_empty() {
+            return;
+        }
+        let pgs: Vec<PgId> = st.to_trim.drain().collect();
+        let stats: Vec<PgStat> = pgs
+            .iter()
+            .filter_map(|pg| st.pg_stats.get(pg).cloned())
+            .collect();
+        let result = self.update(st, |map| {
+            let mut changed = false;
+            for stat in &stats {
+                if stat.recovered {
+                    changed |= map.trim_history(stat.pg, stat.interval_epoch, &stat.acting);
+                }
+            }
+            (changed, ())
+        });
+        if let Err(e) = result {
+            tracing::error!("cannot persist map: {e}");
         }
     }
 }

@@ -8,7 +8,9 @@
 pub mod conn;
 pub mod frame;
 pub mod msg;
+pub mod pg;
 
 pub use conn::{connect, Connection, FrameReader, Sender};
 pub use frame::{decode_payload, encode_frame, WireError, FRAME_HEADER_LEN, MAX_FRAME_LEN};
 pub use msg::*;
+pub use pg::*;

@@ -3,13 +3,16 @@
 //! - session: [`Message::Hello`] opens every connection and names the sender;
 //! - monitor: boot, heartbeats with PG stats, map subscription, commands;
 //! - client ↔ OSD: [`OsdOp`] / [`OsdOpReply`];
-//! - OSD ↔ OSD: replication ([`RepOp`]) and peering (query, list, pull, activate).
+//! - OSD ↔ OSD: everything about one PG ([`PgMessage`]: peering,
+//!   replication, recovery, backfill), and the OSD's peering requests to
+//!   the monitor (`up_thru`, `pg_temp`).
 
 use bytes::Bytes;
 use cairn_map::crush::DeviceReport;
 use cairn_map::ClusterMap;
-use cairn_store::Transaction;
-use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId, Version};
+use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
+
+use crate::pg::{PgMessage, PgStat};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,49 +64,22 @@ pub enum Message {
     OsdOpReply(OsdOpReply),
 
     // ----- OSD ↔ OSD -----
-    RepOp(RepOp),
-    RepOpReply {
-        tid: u64,
-        pg: PgId,
-        result: Result<(), String>,
-    },
-    PgQuery {
-        tid: u64,
-        pg: PgId,
+    /// Peering, replication and recovery of one PG.
+    Pg(PgMessage),
+
+    // ----- OSD → monitor, for peering -----
+    /// The OSD is about to serve as a primary in an interval that started
+    /// at `epoch`: record that it was alive through it (`up_thru`).
+    OsdUpThru {
+        id: OsdId,
         epoch: Epoch,
     },
-    PgQueryReply {
-        tid: u64,
-        info: PgInfo,
-    },
-    PgList {
-        tid: u64,
+    /// A primary asks for `osds` as the PG's acting set while its up set is
+    /// backfilled (empty: back to the up set).
+    PgTemp {
+        id: OsdId,
         pg: PgId,
-    },
-    PgListReply {
-        tid: u64,
-        result: Result<PgContents, String>,
-    },
-    PgPull {
-        tid: u64,
-        pg: PgId,
-        names: Vec<String>,
-    },
-    PgPullReply {
-        tid: u64,
-        result: Result<Vec<ObjectCopy>, String>,
-    },
-    /// Primary → replica: the interval starting at `epoch` is active with the
-    /// primary at `info`; catch up (pull) if you differ, then apply its RepOps.
-    PgActivate {
-        tid: u64,
-        pg: PgId,
-        epoch: Epoch,
-        info: PgInfo,
-    },
-    PgActivateReply {
-        tid: u64,
-        result: Result<(), String>,
+        osds: Vec<OsdId>,
     },
 
     // ----- admin ↔ OSD -----
@@ -153,6 +129,14 @@ pub enum MonCommand {
     },
     PoolLs,
     PgLs,
+    /// One PG: its mapping, state, past intervals and what it waits for.
+    PgQuery {
+        pg: PgId,
+    },
+    /// Declare a down OSD's data lost: peering stops waiting for it.
+    OsdLost {
+        id: OsdId,
+    },
     /// The CRUSH hierarchy with each OSD's state (`cairn osd tree`).
     OsdTree,
     /// `cairn osd crush ...`.
@@ -191,64 +175,6 @@ pub enum CrushCommand {
         class: Option<String>,
     },
     RuleLs,
-}
-
-/// A PG's state as its primary reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PgState {
-    /// Gathering infos and syncing replicas; I/O is held.
-    Peering,
-    /// Serving I/O with every acting member in sync.
-    Active,
-    /// Fewer than min_size members are up; I/O is held.
-    Inactive,
-}
-
-impl PgState {
-    pub fn name(self) -> &'static str {
-        match self {
-            PgState::Peering => "peering",
-            PgState::Active => "active",
-            PgState::Inactive => "inactive",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PgStat {
-    pub pg: PgId,
-    pub state: PgState,
-    /// Map epoch at which the current interval started.
-    pub interval_epoch: Epoch,
-    pub acting: Vec<OsdId>,
-    pub last_update: Version,
-    pub objects: u64,
-}
-
-/// What peering compares between members.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PgInfo {
-    pub pg: Option<PgId>,
-    /// Newest version applied.
-    pub last_update: Version,
-}
-
-/// A PG's objects with their versions, and its log.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PgContents {
-    pub info: PgInfo,
-    pub objects: Vec<(String, Version)>,
-    pub log: Vec<(Version, Bytes)>,
-}
-
-/// A whole object, as copied by a PG sync.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectCopy {
-    pub name: String,
-    /// `None` if the object no longer exists at the source.
-    pub data: Option<Bytes>,
-    pub attrs: Vec<(String, Bytes)>,
-    pub omap: Vec<(String, Bytes)>,
 }
 
 /// One client operation on one object: a list of sub-ops applied atomically.
@@ -365,24 +291,4 @@ pub enum OpError {
 pub struct OsdOpReply {
     pub tid: u64,
     pub result: Result<Vec<OpOutput>, OpError>,
-}
-
-/// A PG log entry: what one mutation did, for dedup and recovery.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogEntry {
-    pub version: Version,
-    pub reqid: Option<ReqId>,
-    pub oid: String,
-    pub removed: bool,
-}
-
-/// Primary → replica: apply this mutation of `pg` at `entry.version`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RepOp {
-    pub tid: u64,
-    pub pg: PgId,
-    /// Start epoch of the primary's interval.
-    pub epoch: Epoch,
-    pub entry: LogEntry,
-    pub txn: Transaction,
 }

@@ -1,15 +1,18 @@
-//! The OSD's monitor session: subscribe to maps, boot, heartbeat with PG
-//! stats, and re-boot if the monitor marks this OSD down while it lives.
+//! The OSD's monitor session: subscribe to maps (every epoch, so that no
+//! interval change is missed), boot, heartbeat with the stats of the PGs
+//! this OSD is primary for, carry the core's `up_thru` and `pg_temp`
+//! requests, and re-boot if the monitor marks this OSD down while it lives.
 //! A lost session is re-established with backoff; the OSD keeps serving
 //! with the map it has meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_map::ClusterMap;
 use cairn_types::Entity;
 use cairn_wire::{connect, Message, WireError};
 
-use crate::Osd;
+use super::Osd;
 
 impl Osd {
     pub(crate) async fn mon_session_loop(self: Arc<Self>) {
@@ -22,8 +25,24 @@ impl Osd {
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
             }
+            *self.mon.lock() = None;
             tokio::time::sleep(delay).await;
         }
+    }
+
+    /// Install a map from the monitor.
+    fn take_map(self: &Arc<Self>, map: ClusterMap) {
+        let map = Arc::new(map);
+        {
+            let mut current = self.map.write();
+            if map.epoch <= current.epoch {
+                return;
+            }
+            *current = map.clone();
+        }
+        self.peers.forget_stale(&map);
+        self.with_core(|core, io| core.handle_map(map, io));
+        self.report_now.notify_one();
     }
 
     async fn mon_session(self: Arc<Self>) -> Result<(), WireError> {
@@ -32,7 +51,8 @@ impl Osd {
             fsid: None,
         };
         let mut conn = connect(&self.opts.mon_addr, hello).await?;
-        conn.sender.send(Message::Subscribe { have: 0 });
+        let have = self.map.read().epoch;
+        conn.sender.send(Message::Subscribe { have });
         let first = loop {
             match conn.reader.read().await? {
                 Message::MapUpdate { map } => break map,
@@ -41,7 +61,7 @@ impl Osd {
         };
         let fsid = first.fsid.clone();
         self.check_fsid(&fsid)?;
-        self.handle_map(*first);
+        self.take_map(*first);
         let boot = Message::OsdBoot {
             id: self.id(),
             addr: self.addr.to_string(),
@@ -49,6 +69,7 @@ impl Osd {
             crush: self.opts.crush.clone(),
         };
         conn.sender.send(boot.clone());
+        *self.mon.lock() = Some(conn.sender.clone());
         tracing::info!("osd.{} booting at {}", self.id(), self.addr);
         let heartbeat = tokio::spawn(self.clone().heartbeat_loop(conn.sender.clone()));
         let result = loop {
@@ -56,7 +77,7 @@ impl Osd {
                 Ok(Message::MapUpdate { map }) => {
                     let me = map.osds.get(&self.id()).cloned();
                     let epoch = map.epoch;
-                    self.handle_map(*map);
+                    self.take_map(*map);
                     if let Some(info) = me {
                         if !info.up && info.down_at == epoch {
                             tracing::warn!(
@@ -99,9 +120,7 @@ impl Osd {
 
     async fn heartbeat_loop(self: Arc<Self>, sender: cairn_wire::Sender) {
         let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
-        let mut beats: u64 = 0;
         loop {
-            beats += 1;
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = self.report_now.notified() => {
@@ -109,26 +128,13 @@ impl Osd {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-            let me = self.id();
-            let primaries: Vec<_> = {
-                let pgs = self.pgs.read();
-                pgs.values()
-                    .filter(|pg| pg.is_primary(me))
-                    .cloned()
-                    .collect()
-            };
-            // Object counts are recounted now and then, not tracked per write.
-            if beats % 5 == 1 {
-                for pg in &primaries {
-                    if let Ok(names) = self.store.list_objects(pg.id) {
-                        pg.state.lock().objects_estimate = names.len() as u64;
-                    }
-                }
-            }
-            let pgs: Vec<_> = primaries.iter().map(|pg| pg.stat()).collect();
+            let (epoch, pgs) = self.with_core(|core, io| {
+                let stats = core.stats(io);
+                (core.map().epoch, stats)
+            });
             let msg = Message::OsdHeartbeat {
-                id: me,
-                epoch: self.epoch(),
+                id: self.id(),
+                epoch,
                 pgs,
             };
             if !sender.send(msg) {

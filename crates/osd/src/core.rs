@@ -1,0 +1,426 @@
+//! [`OsdCore`]: one OSD's logic without any I/O of its own — its map, its
+//! PGs, the operations and messages held for a newer map, and the recovery
+//! budget. Every event (a map, a client op, a peer message, a completion,
+//! a tick) is a method call that runs to completion and acts through the
+//! [`OsdIo`] it is given; nothing here blocks, sleeps or spawns.
+//!
+//! It checks what arrives before any PG sees it: a client op must carry
+//! only reads or only mutations, name a valid object of the PG it is sent
+//! to, and reach that PG's primary; an op or peering message from a newer
+//! map waits (bounded) for that map.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_map::ClusterMap;
+use cairn_store::{StoreError, Transaction};
+use cairn_types::{Epoch, OsdId, PgId};
+use cairn_wire::{ObjOp, OpError, OsdOp, OsdOpReply, PgBody, PgMessage, PgStat};
+
+use crate::io::{ClientId, CopyResult, Done, OsdIo, ReadResult};
+use crate::pg::{ClientOp, Ctx, MonRequests, Pg, Role, Wait};
+use crate::slots::Slots;
+
+/// OSD behaviour the core needs, from the `[osd]` configuration.
+#[derive(Clone, Debug)]
+pub struct CoreOptions {
+    /// Log entries kept per PG (`osd_max_pg_log_entries`).
+    pub pg_log_max_entries: usize,
+    /// Objects in recovery at once on this OSD (`osd_recovery_max_active`).
+    pub recovery_max_active: usize,
+    /// Pause between starting recovery operations (`osd_recovery_sleep`).
+    pub recovery_sleep: Duration,
+    /// PGs backfilling at once, as primary and as target (`osd_max_backfills`).
+    pub max_backfills: usize,
+    /// Unanswered peering requests are sent again after this long.
+    pub peering_retry: Duration,
+}
+
+impl Default for CoreOptions {
+    fn default() -> Self {
+        CoreOptions {
+            pg_log_max_entries: 3000,
+            recovery_max_active: 3,
+            recovery_sleep: Duration::ZERO,
+            max_backfills: 1,
+            peering_retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Ops and messages from newer maps held at most; beyond it, ops are
+/// refused (the client retries) and messages dropped (the sender retries).
+pub const MAX_HELD: usize = 16384;
+
+/// Longest object name a client may use.
+pub const MAX_OID_LEN: usize = 1024;
+
+enum Held {
+    Op(ClientId, OsdOp),
+    Msg(OsdId, PgMessage),
+}
+
+pub struct OsdCore {
+    id: OsdId,
+    opts: CoreOptions,
+    map: Arc<ClusterMap>,
+    pgs: BTreeMap<PgId, Pg>,
+    held: VecDeque<Held>,
+    next_id: u64,
+    slots: Slots,
+    requests: MonRequests,
+    stat_rounds: u64,
+}
+
+impl OsdCore {
+    /// The core of OSD `id` over the store `io` gives, with every PG the
+    /// store holds loaded (a PG whose state cannot be read is loaded as
+    /// damaged: not served, rebuilt from peers).
+    pub fn new(id: OsdId, opts: CoreOptions, io: &mut dyn OsdIo) -> Self {
+        let mut pgs = BTreeMap::new();
+        match io.store().list_collections() {
+            Ok(colls) => {
+                for pg in colls {
+                    pgs.insert(pg, Pg::load(pg, io));
+                }
+            }
+            Err(e) => tracing::error!("osd.{id}: cannot list the store's PGs: {e}"),
+        }
+        let slots = Slots::new(
+            opts.recovery_max_active,
+            opts.recovery_sleep,
+            opts.max_backfills,
+        );
+        OsdCore {
+            id,
+            opts,
+            map: Arc::new(ClusterMap::before_first()),
+            pgs,
+            held: VecDeque::new(),
+            next_id: 0,
+            slots,
+            requests: MonRequests::default(),
+            stat_rounds: 0,
+        }
+    }
+
+    pub fn id(&self) -> OsdId {
+        self.id
+    }
+
+    pub fn map(&self) -> &Arc<ClusterMap> {
+        &self.map
+    }
+
+    /// Refuse (with the reason) or accept backfill onto this OSD.
+    pub fn set_refuse_backfill(&mut self, why: Option<String>) {
+        self.slots.set_refuse_backfill(why);
+    }
+
+    /// Run `f` on PG `pg` (if this OSD has it) with a context.
+    fn with_pg<R>(
+        &mut self,
+        pg: PgId,
+        io: &mut dyn OsdIo,
+        f: impl FnOnce(&mut Pg, &mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let pg = self.pgs.get_mut(&pg)?;
+        let mut ctx = Ctx {
+            me: self.id,
+            map: &self.map,
+            opts: &self.opts,
+            io,
+            next_id: &mut self.next_id,
+            slots: &mut self.slots,
+            requests: &mut self.requests,
+        };
+        Some(f(pg, &mut ctx))
+    }
+
+    /// Run `f` on every PG.
+    fn each_pg(&mut self, io: &mut dyn OsdIo, mut f: impl FnMut(&mut Pg, &mut Ctx<'_>)) {
+        let mut ctx = Ctx {
+            me: self.id,
+            map: &self.map,
+            opts: &self.opts,
+            io,
+            next_id: &mut self.next_id,
+            slots: &mut self.slots,
+            requests: &mut self.requests,
+        };
+        for pg in self.pgs.values_mut() {
+            f(pg, &mut ctx);
+        }
+    }
+
+    /// Take a newer map.
+    pub fn handle_map(&mut self, map: Arc<ClusterMap>, io: &mut dyn OsdIo) {
+        if map.epoch <= self.map.epoch {
+            return;
+        }
+        let contiguous = map.epoch == self.map.epoch + 1;
+        self.map = map;
+        self.remove_deleted(io);
+        let me = self.id;
+        let new: Vec<PgId> = self
+            .map
+            .all_pgs()
+            .filter(|pg| !self.pgs.contains_key(pg) && self.map.mapping(*pg).contains(me))
+            .collect();
+        for pg in new {
+            self.pgs.insert(pg, Pg::load(pg, io));
+        }
+        self.each_pg(io, |pg, ctx| pg.advance_map(ctx, contiguous));
+        let held = std::mem::take(&mut self.held);
+        for item in held {
+            match item {
+                Held::Op(client, op) => self.client_op(client, op, io),
+                Held::Msg(from, msg) => self.peer_message(from, msg, io),
+            }
+        }
+        self.kick_wanting(io);
+    }
+
+    /// Drop the PGs of pools the map no longer has, and their data.
+    fn remove_deleted(&mut self, io: &mut dyn OsdIo) {
+        let gone: Vec<PgId> = self
+            .pgs
+            .keys()
+            .copied()
+            .filter(|pg| self.map.pool(pg.pool).is_none_or(|p| pg.seed >= p.pg_num))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "osd.{}: removing {} PGs of deleted pools",
+            self.id,
+            gone.len()
+        );
+        let mut txn = Transaction::new();
+        for pg in &gone {
+            self.pgs.remove(pg);
+            txn.remove_collection(*pg);
+        }
+        let done = Done { pg: gone[0], id: 0 };
+        if let Err(e) = io.submit(txn, done) {
+            tracing::error!("osd.{}: removing deleted pools failed: {e}", self.id);
+        }
+    }
+
+    fn hold(&mut self, item: Held, io: &mut dyn OsdIo) {
+        if self.held.len() < MAX_HELD {
+            self.held.push_back(item);
+            return;
+        }
+        if let Held::Op(client, op) = item {
+            let epoch = self.map.epoch;
+            io.reply(
+                client,
+                OsdOpReply {
+                    tid: op.tid,
+                    result: Err(OpError::Retry { epoch }),
+                },
+            );
+        }
+    }
+
+    /// A client's operation.
+    pub fn client_op(&mut self, client: ClientId, op: OsdOp, io: &mut dyn OsdIo) {
+        if op.epoch > self.map.epoch {
+            return self.hold(Held::Op(client, op), io);
+        }
+        let epoch = self.map.epoch;
+        let refuse = |io: &mut dyn OsdIo, tid, error| {
+            io.reply(
+                client,
+                OsdOpReply {
+                    tid,
+                    result: Err(error),
+                },
+            );
+        };
+        if let Err(why) = check_op(&op) {
+            return refuse(io, op.tid, OpError::Invalid(why));
+        }
+        match self.map.pool(op.pg.pool) {
+            Some(pool) if self.map.object_pg(pool, &op.oid) == op.pg => {}
+            Some(_) => {
+                let why = format!("object {:?} does not belong to pg {}", op.oid, op.pg);
+                return refuse(io, op.tid, OpError::Invalid(why));
+            }
+            None => return refuse(io, op.tid, OpError::WrongPrimary { epoch }),
+        }
+        let tid = op.tid;
+        let routed = self.with_pg(op.pg, io, |pg, ctx| {
+            if pg.role() == Role::Primary {
+                pg.client_op(ctx, ClientOp { client, op });
+                true
+            } else {
+                false
+            }
+        });
+        if routed != Some(true) {
+            refuse(io, tid, OpError::WrongPrimary { epoch });
+        }
+        self.kick_wanting(io);
+    }
+
+    /// A message from peer OSD `from`.
+    pub fn peer_message(&mut self, from: OsdId, msg: PgMessage, io: &mut dyn OsdIo) {
+        let needs_map = matches!(
+            msg.body,
+            PgBody::Query { .. }
+                | PgBody::GetLog { .. }
+                | PgBody::Activate { .. }
+                | PgBody::Notify { .. }
+                | PgBody::Remove
+                | PgBody::Reserve { .. }
+        );
+        if needs_map && msg.epoch > self.map.epoch {
+            return self.hold(Held::Msg(from, msg), io);
+        }
+        let pgid = msg.pg;
+        if !self.pgs.contains_key(&pgid) {
+            let exists = self
+                .map
+                .pool(pgid.pool)
+                .is_some_and(|p| pgid.seed < p.pg_num);
+            if !exists || !needs_map {
+                return;
+            }
+            // Asked about a PG this OSD never held: answer as a blank stray.
+            self.pgs.insert(pgid, Pg::load(pgid, io));
+            self.with_pg(pgid, io, |pg, ctx| pg.advance_map(ctx, false));
+        }
+        self.with_pg(pgid, io, |pg, ctx| pg.handle_message(ctx, from, msg));
+        self.kick_wanting(io);
+    }
+
+    /// The connection to peer `osd` was lost.
+    pub fn peer_reset(&mut self, osd: OsdId, io: &mut dyn OsdIo) {
+        self.each_pg(io, |pg, ctx| pg.peer_reset(ctx, osd));
+        self.kick_wanting(io);
+    }
+
+    /// A transaction submitted with `done` is durable (or failed).
+    pub fn committed(&mut self, done: Done, result: Result<(), StoreError>, io: &mut dyn OsdIo) {
+        if let Err(e) = &result {
+            tracing::error!("osd.{}: pg {}: commit failed: {e}", self.id, done.pg);
+        }
+        let result = result.map_err(|e| e.to_string());
+        self.with_pg(done.pg, io, |pg, ctx| {
+            if let Some(wait) = pg.take_wait(done.id) {
+                pg.committed(ctx, wait, result);
+            }
+        });
+        self.kick_wanting(io);
+    }
+
+    /// A client read started with `done` finished.
+    pub fn read_done(&mut self, done: Done, result: ReadResult, io: &mut dyn OsdIo) {
+        self.with_pg(done.pg, io, |pg, ctx| match pg.take_wait(done.id) {
+            Some(Wait::Read { act, op }) => pg.read_done(ctx, act, op, result),
+            Some(other) => unreachable!("pg {}: read completion for {other:?}", pg.id),
+            None => {}
+        });
+        self.kick_wanting(io);
+    }
+
+    /// An object copy started with `done` was read.
+    pub fn object_read(&mut self, done: Done, result: CopyResult, io: &mut dyn OsdIo) {
+        self.with_pg(done.pg, io, |pg, ctx| {
+            if let Some(wait) = pg.take_wait(done.id) {
+                pg.object_read(ctx, wait, result);
+            }
+        });
+        self.kick_wanting(io);
+    }
+
+    /// Periodic work: peering retries, recovery and backfill waiting for
+    /// a slot or a reservation.
+    pub fn tick(&mut self, io: &mut dyn OsdIo) {
+        self.each_pg(io, |pg, ctx| {
+            pg.tick(ctx);
+            pg.kick_recovery(ctx);
+        });
+    }
+
+    fn kick_wanting(&mut self, io: &mut dyn OsdIo) {
+        let wanting = self.slots.take_wanting(io.now());
+        for pg in wanting {
+            self.with_pg(pg, io, |pg, ctx| pg.kick_recovery(ctx));
+        }
+    }
+
+    /// The state of every PG this OSD is primary for.
+    pub fn stats(&mut self, io: &dyn OsdIo) -> Vec<PgStat> {
+        self.stat_rounds += 1;
+        let recount = self.stat_rounds % 5 == 1;
+        let mut stats = Vec::new();
+        for pg in self.pgs.values_mut() {
+            if pg.role() != Role::Primary {
+                continue;
+            }
+            if recount {
+                pg.recount(io);
+            }
+            stats.push(pg.stat());
+        }
+        stats
+    }
+
+    /// The PGs this OSD holds a copy of or serves, for tests and tools.
+    pub fn pgs(&self) -> impl Iterator<Item = &Pg> {
+        self.pgs.values()
+    }
+
+    pub fn pg(&self, pg: PgId) -> Option<&Pg> {
+        self.pgs.get(&pg)
+    }
+
+    /// Has this OSD asked the monitor for `up_thru` through `epoch`?
+    pub fn asked_up_thru(&self) -> Epoch {
+        self.requests.up_thru
+    }
+
+    /// Pending operations and messages held for a newer map.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Client ops waiting in this OSD's PGs, for bounds checks.
+    pub fn waiting_ops(&self) -> HashMap<PgId, usize> {
+        self.pgs
+            .iter()
+            .map(|(id, pg)| (*id, pg.waiting_ops()))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// Reject malformed client requests.
+fn check_op(op: &OsdOp) -> Result<(), String> {
+    if op.ops.is_empty() {
+        return Err("a request must hold at least one op".into());
+    }
+    let writes = op.ops.iter().filter(|o| o.is_mutation()).count();
+    if writes != 0 && writes != op.ops.len() {
+        return Err("a request must hold only reads or only mutations".into());
+    }
+    if op.oid.is_empty() || op.oid.len() > MAX_OID_LEN {
+        return Err(format!("object names are 1 to {MAX_OID_LEN} bytes"));
+    }
+    if op.oid.chars().any(char::is_control) {
+        return Err("object names may not hold control characters".into());
+    }
+    if op
+        .ops
+        .iter()
+        .any(|o| matches!(o, ObjOp::SetAttr { key, .. } if key.starts_with('_')))
+    {
+        return Err("attributes starting with '_' are reserved".into());
+    }
+    Ok(())
+}

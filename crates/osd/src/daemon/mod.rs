@@ -1,0 +1,238 @@
+//! The OSD daemon: [`OsdCore`] behind one lock, driven by tokio.
+//!
+//! Connections: every client and peer connection gets a reader task that
+//! turns messages into core calls; replies and messages go out through each
+//! connection's writer task (never waiting on a socket under the lock).
+//! Messages to a peer go on the connection this OSD opened to it (replies
+//! come back on the peer's own), so both directions keep their order; a
+//! connection lost either way is reported to the core as a peer reset.
+//! Store commits and reads run as tasks that call back into the core.
+
+mod io;
+mod mon_client;
+mod peers;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_store::ObjectStore;
+use cairn_types::{Entity, OsdId};
+use cairn_wire::{Connection, Message, Sender, WireError};
+use parking_lot::{Mutex, RwLock};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::core::{CoreOptions, OsdCore};
+use io::DaemonIo;
+use peers::Peers;
+
+/// OSD behaviour, from the `[osd]` section of the configuration.
+#[derive(Clone, Debug)]
+pub struct OsdOptions {
+    pub id: OsdId,
+    pub mon_addr: String,
+    pub heartbeat_interval: Duration,
+    /// File holding the cluster fsid this OSD belongs to (written at first boot).
+    pub fsid_file: Option<std::path::PathBuf>,
+    pub core: CoreOptions,
+    /// Sent with every boot: CRUSH location, device class and size.
+    pub crush: cairn_map::crush::DeviceReport,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OsdError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("store: {0}")]
+    Store(#[from] cairn_store::StoreError),
+}
+
+/// How often the core's timers (peering retries, recovery waiting for a
+/// slot) are run.
+const TICK: Duration = Duration::from_millis(100);
+
+/// One OSD daemon.
+pub struct Osd {
+    pub(crate) opts: OsdOptions,
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) addr: SocketAddr,
+    core: Mutex<OsdCore>,
+    /// The newest map, readable without the core's lock (peer addresses).
+    pub(crate) map: RwLock<Arc<cairn_map::ClusterMap>>,
+    pub(crate) peers: Peers,
+    clients: Mutex<HashMap<u64, Sender>>,
+    next_client: AtomicU64,
+    /// The monitor session's sender, while one is up.
+    pub(crate) mon: Mutex<Option<Sender>>,
+    /// Wakes the heartbeat loop early (a PG changed state).
+    pub(crate) report_now: Notify,
+    start: Instant,
+}
+
+impl Osd {
+    /// Bind the OSD's address and load its PGs; the OSD is not yet serving.
+    pub async fn bind(
+        opts: OsdOptions,
+        store: Arc<dyn ObjectStore>,
+        bind_addr: &str,
+    ) -> Result<(Arc<Self>, TcpListener), OsdError> {
+        let listen = |source| OsdError::Listen {
+            addr: bind_addr.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(bind_addr).await.map_err(listen)?;
+        let addr = listener.local_addr().map_err(listen)?;
+        let osd = Arc::new_cyclic(|weak| {
+            let start = Instant::now();
+            let mut loader = io::LoadIo {
+                store: store.clone(),
+                start,
+            };
+            let core = OsdCore::new(opts.id, opts.core.clone(), &mut loader);
+            Osd {
+                peers: Peers::new(opts.id, weak.clone()),
+                opts,
+                store,
+                addr,
+                core: Mutex::new(core),
+                map: RwLock::new(Arc::new(cairn_map::ClusterMap::before_first())),
+                clients: Mutex::new(HashMap::new()),
+                next_client: AtomicU64::new(1),
+                mon: Mutex::new(None),
+                report_now: Notify::new(),
+                start,
+            }
+        });
+        Ok((osd, listener))
+    }
+
+    pub fn id(&self) -> OsdId {
+        self.opts.id
+    }
+
+    pub fn epoch(&self) -> cairn_types::Epoch {
+        self.core.lock().map().epoch
+    }
+
+    /// Run one event through the core.
+    pub(crate) fn with_core<R>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut OsdCore, &mut DaemonIo) -> R,
+    ) -> R {
+        let mut io = DaemonIo { osd: self.clone() };
+        let mut core = self.core.lock();
+        f(&mut core, &mut io)
+    }
+
+    /// Run the OSD: monitor session, timers and the accept loop. Returns
+    /// only if the listener fails.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        tokio::spawn(self.clone().mon_session_loop());
+        tokio::spawn(self.clone().tick_loop());
+        loop {
+            let (stream, peer) = listener.accept().await?;
+            let osd = self.clone();
+            tokio::spawn(async move {
+                match Connection::from_stream(stream) {
+                    Ok(conn) => osd.serve_connection(conn).await,
+                    Err(e) => tracing::debug!("accept from {peer}: {e}"),
+                }
+            });
+        }
+    }
+
+    async fn tick_loop(self: Arc<Self>) {
+        let mut interval = tokio::time::interval(TICK);
+        loop {
+            interval.tick().await;
+            self.with_core(|core, io| core.tick(io));
+        }
+    }
+
+    async fn serve_connection(self: Arc<Self>, mut conn: Connection) {
+        let peer = conn.peer;
+        let entity = match conn.reader.read().await {
+            Ok(Message::Hello { entity, .. }) => entity,
+            Ok(_) | Err(_) => {
+                tracing::warn!("{peer}: connection did not start with hello; closing");
+                return;
+            }
+        };
+        match entity {
+            Entity::Osd(from) => self.serve_peer(from, conn).await,
+            _ => self.serve_client(entity, conn).await,
+        }
+    }
+
+    /// Messages from peer OSD `from`, until its connection ends.
+    async fn serve_peer(self: Arc<Self>, from: OsdId, mut conn: Connection) {
+        loop {
+            match conn.reader.read().await {
+                Ok(Message::Pg(msg)) => self.with_core(|core, io| core.peer_message(from, msg, io)),
+                Ok(Message::Ping { nonce }) => {
+                    conn.sender.send(Message::Pong { nonce });
+                }
+                Ok(other) => {
+                    tracing::warn!("osd.{from}: unexpected {other:?}; closing");
+                    break;
+                }
+                Err(WireError::Closed) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        "osd.{from} at {}: malformed message ({e}); closing",
+                        conn.peer
+                    );
+                    break;
+                }
+            }
+        }
+        // Whatever osd.from sent after the last message read is lost.
+        self.with_core(|core, io| core.peer_reset(from, io));
+    }
+
+    /// Requests from a client (or an admin tool), until its connection ends.
+    async fn serve_client(self: Arc<Self>, entity: Entity, mut conn: Connection) {
+        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
+        self.clients.lock().insert(client, conn.sender.clone());
+        loop {
+            let msg = match conn.reader.read().await {
+                Ok(msg) => msg,
+                Err(WireError::Closed) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        "{entity} at {}: malformed message ({e}); closing",
+                        conn.peer
+                    );
+                    break;
+                }
+            };
+            match msg {
+                Message::OsdOp(op) => self.with_core(|core, io| core.client_op(client, op, io)),
+                Message::Ping { nonce } => {
+                    conn.sender.send(Message::Pong { nonce });
+                }
+                Message::OsdAdmin { tid, cmd } => {
+                    let result = match cmd {
+                        cairn_wire::OsdAdminCommand::Perf => Ok(self.store.perf_dump()),
+                    };
+                    conn.sender.send(Message::OsdAdminReply { tid, result });
+                }
+                other => {
+                    tracing::warn!("{entity} at {}: unexpected {other:?}; closing", conn.peer);
+                    break;
+                }
+            }
+        }
+        self.clients.lock().remove(&client);
+    }
+
+    pub(crate) fn client_sender(&self, client: u64) -> Option<Sender> {
+        self.clients.lock().get(&client).cloned()
+    }
+}

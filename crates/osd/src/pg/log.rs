@@ -1,0 +1,436 @@
+//! The PG log in memory, the request-id index that makes resent requests
+//! apply once, and the merge of an authoritative log into a member's own.
+//!
+//! A log covers the versions `(tail, head]`. Versions order by epoch, then
+//! counter; an interval's primary assigns versions with epochs no older
+//! than the interval, so a later read-write interval's entries always sort
+//! after an earlier one's. Merging (run by every member at activation, and
+//! by a primary that is not the authority during peering) keeps the
+//! member's entries up to the newest one the authority also has, rolls back
+//! the rest (*divergent* entries: applied here, never acknowledged, not
+//! part of the PG's history), takes the authority's newer entries, and says
+//! which objects must now be fetched (the missing set) or removed.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use cairn_types::{ReqId, Version};
+use cairn_wire::{LogEntry, LogOp};
+
+/// Objects a member must fetch, each at exactly the version given.
+pub type Missing = BTreeMap<String, Version>;
+
+#[derive(Clone, Debug, Default)]
+pub struct PgLog {
+    entries: VecDeque<LogEntry>,
+    tail: Version,
+    reqids: HashMap<ReqId, Version>,
+}
+
+impl PgLog {
+    /// A log of `entries` (sorted, all after `tail`).
+    pub fn new(tail: Version, entries: Vec<LogEntry>) -> Self {
+        let mut log = PgLog {
+            entries: VecDeque::with_capacity(entries.len()),
+            tail,
+            reqids: HashMap::new(),
+        };
+        for entry in entries {
+            log.append(entry);
+        }
+        log
+    }
+
+    pub fn tail(&self) -> Version {
+        self.tail
+    }
+
+    /// The newest entry's version (the tail when empty).
+    pub fn head(&self) -> Version {
+        self.entries.back().map_or(self.tail, |e| e.version)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &LogEntry> + '_ {
+        self.entries.iter()
+    }
+
+    /// Entries newer than `after`, oldest first.
+    pub fn entries_after(&self, after: Version) -> impl Iterator<Item = &LogEntry> + '_ {
+        let start = self.entries.partition_point(|e| e.version <= after);
+        self.entries.range(start..)
+    }
+
+    /// The version of the entry at `index` (0: the oldest).
+    pub fn version_at(&self, index: usize) -> Option<Version> {
+        self.entries.get(index).map(|e| e.version)
+    }
+
+    pub fn contains(&self, version: Version) -> bool {
+        self.entries
+            .binary_search_by(|e| e.version.cmp(&version))
+            .is_ok()
+    }
+
+    /// The version at which request `reqid` was applied, if still logged.
+    pub fn find_reqid(&self, reqid: &ReqId) -> Option<Version> {
+        self.reqids.get(reqid).copied()
+    }
+
+    /// Add the next entry. Versions only grow.
+    pub fn append(&mut self, entry: LogEntry) {
+        assert!(
+            entry.version > self.head(),
+            "log entry {} not after head {}",
+            entry.version,
+            self.head()
+        );
+        if let Some(reqid) = entry.reqid {
+            self.reqids.insert(reqid, entry.version);
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// Drop the oldest entries beyond `keep`; returns the new tail if any
+    /// were dropped.
+    pub fn trim_to_len(&mut self, keep: usize) -> Option<Version> {
+        if self.entries.len() <= keep {
+            return None;
+        }
+        while self.entries.len() > keep {
+            let Some(entry) = self.entries.pop_front() else {
+                break;
+            };
+            if let Some(reqid) = entry.reqid {
+                if self.reqids.get(&reqid) == Some(&entry.version) {
+                    self.reqids.remove(&reqid);
+                }
+            }
+            self.tail = entry.version;
+        }
+        Some(self.tail)
+    }
+}
+
+/// What merging an authoritative log into a member's produced.
+#[derive(Debug)]
+pub struct Merged {
+    pub log: PgLog,
+    /// The member's missing set after the merge (its earlier entries kept).
+    pub missing: Missing,
+    /// Objects to remove now: deleted by the authority's newer entries, or
+    /// created only by divergent ones.
+    pub remove: Vec<String>,
+    /// Divergent entries rolled back.
+    pub divergent: usize,
+    /// Did the member's own log change other than by appending (so it must
+    /// be rewritten rather than appended to)?
+    pub rewritten: bool,
+}
+
+/// Why a member cannot catch up from the authoritative log.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    #[error("its log ends at {head}, before the authoritative log's tail {auth_tail}: it needs backfill")]
+    Behind { head: Version, auth_tail: Version },
+    #[error("its log diverges at {at}, before the authoritative log's tail {auth_tail}: it needs backfill")]
+    DivergesBeforeTail { at: Version, auth_tail: Version },
+    #[error("its log holds {version} for {ours:?} but the authority holds it for {theirs:?}")]
+    Conflict {
+        version: Version,
+        ours: String,
+        theirs: String,
+    },
+}
+
+/// Merge the authoritative log (`auth_tail`, `auth`) into `mine` (with its
+/// missing set). `local_version` gives an object's version in the member's
+/// store (`None`: absent), so objects already right are not fetched.
+pub fn merge(
+    mine: &PgLog,
+    my_missing: &Missing,
+    auth_tail: Version,
+    auth: &[LogEntry],
+    local_version: impl Fn(&str) -> Option<Version>,
+) -> Result<Merged, MergeError> {
+    if mine.head() < auth_tail {
+        return Err(MergeError::Behind {
+            head: mine.head(),
+            auth_tail,
+        });
+    }
+    let auth_by_version: HashMap<Version, &LogEntry> =
+        auth.iter().map(|e| (e.version, e)).collect();
+    // Our entries the authority does not have are divergent; they form a
+    // suffix of our log (once diverged, a member learns of no later history
+    // without merging again).
+    let ours: Vec<&LogEntry> = mine.entries_after(auth_tail).collect();
+    let split = ours
+        .iter()
+        .position(|e| !auth_by_version.contains_key(&e.version))
+        .unwrap_or(ours.len());
+    for entry in &ours[..split] {
+        let theirs = auth_by_version[&entry.version];
+        if theirs.oid != entry.oid {
+            return Err(MergeError::Conflict {
+                version: entry.version,
+                ours: entry.oid.clone(),
+                theirs: theirs.oid.clone(),
+            });
+        }
+    }
+    let divergent = &ours[split..];
+    if let Some(late) = divergent
+        .iter()
+        .find(|e| auth_by_version.contains_key(&e.version))
+    {
+        return Err(MergeError::Conflict {
+            version: late.version,
+            ours: late.oid.clone(),
+            theirs: auth_by_version[&late.version].oid.clone(),
+        });
+    }
+    let common = if split > 0 {
+        ours[split - 1].version
+    } else {
+        // Nothing of ours after the authority's tail matches: the common
+        // point is our newest entry at or before that tail.
+        let kept = mine.entries().rev().find(|e| e.version <= auth_tail);
+        kept.map_or(mine.tail(), |e| e.version)
+    };
+    if common < auth_tail {
+        return Err(MergeError::DivergesBeforeTail {
+            at: common,
+            auth_tail,
+        });
+    }
+
+    let mut missing = my_missing.clone();
+    let mut remove: HashSet<String> = HashSet::new();
+    // Roll back divergent entries: the object returns to its version
+    // before the oldest divergent entry for it.
+    let mut rolled_back: HashMap<&str, Version> = HashMap::new();
+    for entry in divergent {
+        rolled_back
+            .entry(entry.oid.as_str())
+            .or_insert(entry.prior_version);
+    }
+    for (oid, prior) in rolled_back {
+        if prior == Version::ZERO {
+            missing.remove(oid);
+            remove.insert(oid.to_string());
+        } else {
+            missing.insert(oid.to_string(), prior);
+            remove.remove(oid);
+        }
+    }
+    // The authority's newer entries: the newest one per object decides.
+    let newer: Vec<&LogEntry> = auth.iter().filter(|e| e.version > common).collect();
+    for entry in &newer {
+        match entry.op {
+            LogOp::Modify => {
+                missing.insert(entry.oid.clone(), entry.version);
+                remove.remove(&entry.oid);
+            }
+            LogOp::Delete => {
+                missing.remove(&entry.oid);
+                remove.insert(entry.oid.clone());
+            }
+        }
+    }
+    // Objects already at the needed version are not missing.
+    missing.retain(|oid, need| local_version(oid) != Some(*need));
+    let mut remove: Vec<String> = remove
+        .into_iter()
+        .filter(|oid| local_version(oid).is_some())
+        .collect();
+    remove.sort();
+
+    let mut kept: Vec<LogEntry> = mine
+        .entries()
+        .filter(|e| e.version <= common)
+        .cloned()
+        .collect();
+    kept.extend(newer.into_iter().cloned());
+    let log = PgLog::new(mine.tail(), kept);
+    Ok(Merged {
+        log,
+        missing,
+        remove,
+        divergent: divergent.len(),
+        rewritten: !divergent.is_empty(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(epoch: u32, counter: u64) -> Version {
+        Version::new(epoch, counter)
+    }
+
+    fn modify(version: Version, prior: Version, oid: &str) -> LogEntry {
+        LogEntry {
+            version,
+            prior_version: prior,
+            reqid: Some(ReqId {
+                client: 1,
+                tid: version.counter,
+            }),
+            oid: oid.into(),
+            op: LogOp::Modify,
+        }
+    }
+
+    fn delete(version: Version, prior: Version, oid: &str) -> LogEntry {
+        LogEntry {
+            op: LogOp::Delete,
+            ..modify(version, prior, oid)
+        }
+    }
+
+    #[test]
+    fn a_member_behind_gets_the_newer_objects_and_deletes() {
+        let base = vec![
+            modify(v(1, 1), Version::ZERO, "a"),
+            modify(v(1, 2), Version::ZERO, "b"),
+        ];
+        let mine = PgLog::new(Version::ZERO, base.clone());
+        let mut auth = base;
+        auth.push(modify(v(2, 3), v(1, 1), "a"));
+        auth.push(delete(v(2, 4), v(1, 2), "b"));
+        auth.push(modify(v(2, 5), Version::ZERO, "c"));
+        let local = |oid: &str| match oid {
+            "a" => Some(v(1, 1)),
+            "b" => Some(v(1, 2)),
+            _ => None,
+        };
+        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, local).unwrap();
+        assert_eq!(merged.log.head(), v(2, 5));
+        assert_eq!(merged.log.len(), 5);
+        assert_eq!(
+            merged.missing,
+            Missing::from([("a".into(), v(2, 3)), ("c".into(), v(2, 5))])
+        );
+        assert_eq!(merged.remove, vec!["b".to_string()]);
+        assert!(!merged.rewritten);
+        assert_eq!(
+            merged.log.find_reqid(&ReqId { client: 1, tid: 5 }),
+            Some(v(2, 5))
+        );
+    }
+
+    #[test]
+    fn divergent_entries_roll_back_to_the_prior_version_or_away() {
+        let common = vec![modify(v(1, 1), Version::ZERO, "a")];
+        let mut mine = common.clone();
+        mine.push(modify(v(1, 2), v(1, 1), "a")); // divergent overwrite
+        mine.push(modify(v(1, 3), Version::ZERO, "x")); // divergent create
+        let mine = PgLog::new(Version::ZERO, mine);
+        let mut auth = common;
+        auth.push(modify(v(3, 2), Version::ZERO, "b"));
+        let local = |oid: &str| match oid {
+            "a" => Some(v(1, 2)),
+            "x" => Some(v(1, 3)),
+            _ => None,
+        };
+        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, local).unwrap();
+        assert_eq!(merged.divergent, 2);
+        assert!(merged.rewritten);
+        assert_eq!(
+            merged.missing,
+            Missing::from([("a".into(), v(1, 1)), ("b".into(), v(3, 2))])
+        );
+        assert_eq!(merged.remove, vec!["x".to_string()]);
+        let versions: Vec<Version> = merged.log.entries().map(|e| e.version).collect();
+        assert_eq!(versions, vec![v(1, 1), v(3, 2)]);
+    }
+
+    #[test]
+    fn a_divergent_object_touched_again_by_the_authority_takes_its_version() {
+        let mine = PgLog::new(
+            Version::ZERO,
+            vec![
+                modify(v(1, 1), Version::ZERO, "a"),
+                modify(v(1, 2), v(1, 1), "a"),
+            ],
+        );
+        let auth = vec![
+            modify(v(1, 1), Version::ZERO, "a"),
+            delete(v(2, 2), v(1, 1), "a"),
+        ];
+        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, |_| {
+            Some(v(1, 2))
+        })
+        .unwrap();
+        assert!(merged.missing.is_empty());
+        assert_eq!(merged.remove, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn members_too_far_behind_or_diverged_before_the_tail_need_backfill() {
+        let mine = PgLog::new(Version::ZERO, vec![modify(v(1, 1), Version::ZERO, "a")]);
+        let auth = vec![modify(v(2, 5), Version::ZERO, "b")];
+        assert_eq!(
+            merge(&mine, &Missing::new(), v(2, 4), &auth, |_| None).unwrap_err(),
+            MergeError::Behind {
+                head: v(1, 1),
+                auth_tail: v(2, 4)
+            }
+        );
+        // Our head is past the tail, but we diverged before it.
+        let mine = PgLog::new(
+            Version::ZERO,
+            vec![
+                modify(v(1, 1), Version::ZERO, "a"),
+                modify(v(1, 9), v(1, 1), "a"),
+            ],
+        );
+        let auth = vec![modify(v(1, 6), Version::ZERO, "c")];
+        assert!(matches!(
+            merge(&mine, &Missing::new(), v(1, 5), &auth, |_| None),
+            Err(MergeError::DivergesBeforeTail { .. })
+        ));
+    }
+
+    #[test]
+    fn an_identical_log_changes_nothing_and_keeps_earlier_missing() {
+        let entries = vec![
+            modify(v(1, 1), Version::ZERO, "a"),
+            modify(v(1, 2), Version::ZERO, "b"),
+        ];
+        let mine = PgLog::new(Version::ZERO, entries.clone());
+        let missing = Missing::from([("a".to_string(), v(1, 1))]);
+        let merged = merge(&mine, &missing, Version::ZERO, &entries, |oid| {
+            (oid == "b").then_some(v(1, 2))
+        })
+        .unwrap();
+        assert_eq!(merged.missing, missing);
+        assert!(merged.remove.is_empty());
+        assert_eq!(merged.divergent, 0);
+        assert_eq!(merged.log.head(), v(1, 2));
+    }
+
+    #[test]
+    fn trimming_keeps_the_newest_and_forgets_their_reqids() {
+        let mut log = PgLog::new(Version::ZERO, Vec::new());
+        for i in 1..=10 {
+            log.append(modify(v(1, i), Version::ZERO, "a"));
+        }
+        assert_eq!(log.trim_to_len(4), Some(v(1, 6)));
+        assert_eq!(log.tail(), v(1, 6));
+        assert_eq!(log.len(), 4);
+        assert_eq!(log.find_reqid(&ReqId { client: 1, tid: 3 }), None);
+        assert_eq!(log.find_reqid(&ReqId { client: 1, tid: 9 }), Some(v(1, 9)));
+        assert_eq!(log.entries_after(v(1, 8)).count(), 2);
+        assert!(log.contains(v(1, 7)) && !log.contains(v(1, 3)));
+        assert_eq!(log.trim_to_len(4), None);
+    }
+}

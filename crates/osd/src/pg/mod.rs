@@ -1,0 +1,699 @@
+//! One placement group on this OSD, as a state machine: it owns the PG's
+//! persistent state here (info, log, missing set), its interval and role,
+//! and, as primary, peering, client operations, recovery and backfill.
+//!
+//! It reaches the world only through [`Ctx`] (store, peers, clients,
+//! monitor, clock) and hears back through the calls [`crate::OsdCore`]
+//! makes on it, so it runs the same in the daemon and in the simulation.
+//!
+//! What it must never do: acknowledge a write before every acting member
+//! and backfill target has committed it; serve (or go active) before it has
+//! heard, for every earlier interval that may have acknowledged writes, from
+//! a member of that interval holding a complete copy; serve an object that
+//! a member of the acting set is missing.
+
+mod backfill;
+pub mod log;
+mod ops;
+mod peering;
+pub mod persist;
+mod recovery;
+mod replica;
+mod stats;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_map::{ClusterMap, PgMapping};
+use cairn_store::Transaction;
+use cairn_types::{Epoch, OsdId, PgId, Version};
+use cairn_wire::{ActId, OpError, OsdOp, OsdOpReply, PgBody, PgInfo, PgMessage};
+
+use crate::io::{ClientId, Done, OsdIo};
+use crate::slots::Slots;
+use crate::CoreOptions;
+use log::{Missing, PgLog};
+
+pub(crate) use backfill::BackfillTarget;
+pub(crate) use ops::Inflight;
+
+/// What a PG needs from its OSD while handling one event.
+pub(crate) struct Ctx<'a> {
+    pub me: OsdId,
+    pub map: &'a Arc<ClusterMap>,
+    pub opts: &'a CoreOptions,
+    pub io: &'a mut dyn OsdIo,
+    pub next_id: &'a mut u64,
+    pub slots: &'a mut Slots,
+    pub requests: &'a mut MonRequests,
+}
+
+/// What this OSD last asked the monitor, so that its PGs do not repeat it
+/// (it is asked again after `peering_retry`, in case it was lost).
+#[derive(Debug, Default)]
+pub(crate) struct MonRequests {
+    pub up_thru: Epoch,
+    up_thru_at: Duration,
+    pg_temp: HashMap<PgId, (Vec<OsdId>, Epoch, Duration)>,
+}
+
+impl Ctx<'_> {
+    pub fn request_up_thru(&mut self, epoch: Epoch) {
+        let now = self.io.now();
+        let r = &mut *self.requests;
+        if epoch > r.up_thru || now >= r.up_thru_at + self.opts.peering_retry {
+            r.up_thru = r.up_thru.max(epoch);
+            r.up_thru_at = now;
+            self.io.request_up_thru(epoch);
+        }
+    }
+
+    pub fn request_pg_temp(&mut self, pg: PgId, osds: Vec<OsdId>) {
+        let now = self.io.now();
+        let epoch = self.map.epoch;
+        let retry = self.opts.peering_retry;
+        let fresh = self
+            .requests
+            .pg_temp
+            .get(&pg)
+            .is_some_and(|(o, e, at)| *o == osds && *e == epoch && now < *at + retry);
+        if !fresh {
+            self.requests.pg_temp.insert(pg, (osds.clone(), epoch, now));
+            self.io.request_pg_temp(pg, osds);
+        }
+    }
+
+    pub fn id(&mut self) -> u64 {
+        *self.next_id += 1;
+        *self.next_id
+    }
+
+    pub fn send(&mut self, to: OsdId, pg: PgId, body: PgBody) {
+        let epoch = self.map.epoch;
+        self.io.send(to, PgMessage { pg, epoch, body });
+    }
+
+    pub fn now(&self) -> Duration {
+        self.io.now()
+    }
+}
+
+/// This OSD's part in the PG's current interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    /// An acting member or a backfill target.
+    Replica,
+    /// Not in the up or acting set: holds data only for peering to ask about.
+    Stray,
+}
+
+/// Where a primary's peering stands.
+#[derive(Clone, Debug)]
+pub(crate) enum Phase {
+    /// Not the primary.
+    Idle,
+    GetInfo(peering::GetInfo),
+    /// An earlier interval may have acknowledged writes, and none of its
+    /// members that could hold them is up: wait for one (or `osd lost`).
+    Down {
+        blocked_by: Vec<OsdId>,
+        reason: String,
+    },
+    /// No reachable member holds a complete copy.
+    Incomplete {
+        reason: String,
+    },
+    /// A step failed; peering starts again at `retry_at`.
+    Retry {
+        reason: String,
+    },
+    /// Waiting for the monitor to install the acting set asked for.
+    WaitActing {
+        want: Vec<OsdId>,
+    },
+    /// Fetching the authoritative log from `auth`.
+    GetLog {
+        auth: OsdId,
+    },
+    /// Waiting for a map that records `up_thru` through this interval.
+    WaitUpThru,
+    /// Waiting for members to merge the log and report their missing sets.
+    Activating {
+        waiting: BTreeSet<OsdId>,
+    },
+    /// Serving (if the acting set has at least min_size members) and
+    /// recovering.
+    Active,
+}
+
+/// A client operation waiting for something.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientOp {
+    pub client: ClientId,
+    pub op: OsdOp,
+}
+
+/// What a started store operation of this PG is for.
+#[derive(Clone, Debug)]
+pub(crate) enum Wait {
+    /// The primary's own commit of a client write.
+    WriteCommit { act: ActId, version: Version },
+    /// A replica's commit of a RepOp: then it replies.
+    RepCommit {
+        primary: OsdId,
+        act: ActId,
+        version: Version,
+    },
+    /// A replica's commit of its activation: then it replies.
+    ReplicaActivated { primary: OsdId, act: ActId },
+    /// The primary's commit of its own activation.
+    PrimaryActivated { act: ActId },
+    /// A member's commit of pushed objects: then it replies.
+    PushCommit {
+        primary: OsdId,
+        act: ActId,
+        tid: u64,
+    },
+    /// The primary's commit of objects it pulled.
+    PullCommit { act: ActId, oids: Vec<String> },
+    /// A client read.
+    Read { act: ActId, op: ClientOp },
+    /// A copy of an object read for pushing.
+    Copy {
+        act: ActId,
+        oid: String,
+        purpose: CopyPurpose,
+    },
+    /// A commit nobody waits for beyond durability.
+    Quiet,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum CopyPurpose {
+    /// Push to the members missing it.
+    Recovery,
+    /// Part of a backfill batch to `target`.
+    Backfill { target: OsdId },
+    /// To answer a pull: copy `index` of answer `key`.
+    Pull { key: u64, index: usize },
+}
+
+/// What the primary tracks while active.
+#[derive(Debug)]
+pub(crate) struct PrimaryState {
+    pub act: ActId,
+    /// Acting replicas and backfill targets: their info and missing sets.
+    pub peers: BTreeMap<OsdId, PeerState>,
+    /// Every member heard from during peering, for pulls.
+    pub sources: BTreeMap<OsdId, (PgInfo, Missing)>,
+    pub inflight: BTreeMap<Version, Inflight>,
+    /// Per object: writes in flight and operations waiting for it.
+    pub objects: HashMap<String, ObjState>,
+    /// Objects with a recovery operation in flight.
+    pub recovering: HashSet<String>,
+    /// Objects no reachable member holds at the needed version.
+    pub unfound: BTreeMap<String, recovery::Unfound>,
+    /// Objects clients wait for: recovered first.
+    pub urgent: VecDeque<String>,
+    pub backfill: BTreeMap<OsdId, BackfillTarget>,
+    /// Backfill slot held on this OSD.
+    pub backfill_slot: bool,
+    /// Pulls in flight, by tid: from whom, for what.
+    pub pulls: HashMap<u64, (OsdId, recovery::Pull)>,
+    /// Pushes in flight, by tid.
+    pub pushes: HashMap<u64, recovery::Push>,
+    /// Recovery pushes of an object still unacknowledged.
+    pub push_waiting: HashMap<String, usize>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PeerState {
+    pub info: PgInfo,
+    pub missing: Missing,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ObjState {
+    pub pending_writes: u32,
+    /// The object's version once its pending writes commit.
+    pub version: Option<Version>,
+    pub waiting: Vec<ClientOp>,
+}
+
+/// Counters of this PG since the OSD started.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub recovered_objects: u64,
+    pub backfilled_objects: u64,
+    pub recovery_bytes: u64,
+    pub read_repairs: u64,
+}
+
+/// Client ops a PG holds while not serving; beyond it they are refused
+/// (the client retries).
+pub const MAX_WAITING_OPS: usize = 4096;
+
+pub struct Pg {
+    pub id: PgId,
+    pub(crate) info: PgInfo,
+    pub(crate) log: PgLog,
+    pub(crate) missing: Missing,
+    /// Why this OSD's copy could not be read; it is then treated as blank.
+    pub(crate) damaged: Option<String>,
+    /// Does this OSD hold a copy (its collection exists)?
+    pub(crate) holds: bool,
+    pub(crate) mapping: PgMapping,
+    pub(crate) interval_since: Epoch,
+    pub(crate) role: Role,
+    /// Peering attempt within the interval.
+    pub(crate) attempt: u32,
+    pub(crate) phase: Phase,
+    pub(crate) primary: Option<Box<PrimaryState>>,
+    /// The primary and activation this member accepts RepOps for.
+    pub(crate) replica_act: Option<(OsdId, ActId)>,
+    pub(crate) waits: HashMap<u64, Wait>,
+    /// Transactions submitted and not yet durable.
+    pub(crate) uncommitted: usize,
+    /// Peering requests held until every submitted transaction is durable
+    /// (a member reports only what it would still hold after a crash).
+    pub(crate) deferred: Vec<(OsdId, PgMessage)>,
+    pub(crate) waiting_active: VecDeque<ClientOp>,
+    /// Members not in the up or acting set that told the primary they hold
+    /// data of the PG.
+    pub(crate) strays: BTreeMap<OsdId, PgInfo>,
+    pub(crate) counters: Counters,
+    pub(crate) objects_estimate: u64,
+    /// What peering learned, kept until activation.
+    pub(crate) peered: Option<Box<peering::Peered>>,
+    /// When a stalled peering step is tried again.
+    pub(crate) retry_at: Duration,
+    /// Pulls from the primary being answered.
+    pub(crate) pull_answers: HashMap<u64, replica::PullAnswer>,
+}
+
+impl Pg {
+    /// The PG as this OSD's store holds it (blank if it holds nothing, or
+    /// damaged if what it holds cannot be read).
+    pub(crate) fn load(id: PgId, io: &dyn OsdIo) -> Pg {
+        let (info, log, missing, damaged, holds) = match persist::load(io.store(), id) {
+            Ok(Some(loaded)) => (loaded.info, loaded.log, loaded.missing, None, true),
+            Ok(None) => (
+                PgInfo::empty(id),
+                PgLog::default(),
+                Missing::new(),
+                None,
+                false,
+            ),
+            Err(e) => {
+                tracing::error!(
+                    "{e}; this OSD's copy is not served and will be rebuilt from peers"
+                );
+                let info = PgInfo::empty(id);
+                (
+                    info,
+                    PgLog::default(),
+                    Missing::new(),
+                    Some(e.to_string()),
+                    true,
+                )
+            }
+        };
+        let objects_estimate = io
+            .store()
+            .list_objects(id)
+            .map(|names| names.iter().filter(|n| !persist::is_internal(n)).count() as u64)
+            .unwrap_or(0);
+        Pg {
+            id,
+            info,
+            log,
+            missing,
+            damaged,
+            holds,
+            mapping: PgMapping {
+                up: Vec::new(),
+                acting: cairn_map::Acting {
+                    osds: Vec::new(),
+                    incarnations: Vec::new(),
+                },
+                up_incarnations: Vec::new(),
+                size: 0,
+                min_size: 0,
+                pg_num: 0,
+            },
+            interval_since: 0,
+            role: Role::Stray,
+            attempt: 0,
+            phase: Phase::Idle,
+            primary: None,
+            replica_act: None,
+            waits: HashMap::new(),
+            uncommitted: 0,
+            deferred: Vec::new(),
+            waiting_active: VecDeque::new(),
+            strays: BTreeMap::new(),
+            counters: Counters::default(),
+            objects_estimate,
+            peered: None,
+            retry_at: Duration::ZERO,
+            pull_answers: HashMap::new(),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Does this OSD's copy count as a complete one?
+    pub(crate) fn usable(&self) -> bool {
+        self.damaged.is_none() && self.info.backfill.is_complete()
+    }
+
+    /// Take a new map. `contiguous`: it directly follows the previous one
+    /// (otherwise epochs were missed and any of them may have changed the
+    /// interval).
+    pub(crate) fn advance_map(&mut self, ctx: &mut Ctx<'_>, contiguous: bool) {
+        let mapping = ctx.map.mapping(self.id);
+        if contiguous && mapping == self.mapping {
+            if matches!(self.phase, Phase::WaitUpThru) {
+                self.check_up_thru(ctx);
+            }
+            return;
+        }
+        self.new_interval(ctx, mapping);
+    }
+
+    fn new_interval(&mut self, ctx: &mut Ctx<'_>, mapping: PgMapping) {
+        let epoch = ctx.map.epoch;
+        tracing::debug!(
+            "osd.{} pg {}: interval at {epoch}: up {:?} acting {:?}",
+            ctx.me,
+            self.id,
+            mapping.up,
+            mapping.acting.osds
+        );
+        self.mapping = mapping;
+        self.interval_since = epoch;
+        self.attempt = 0;
+        self.replica_act = None;
+        self.role = if self.mapping.primary() == Some(ctx.me) {
+            Role::Primary
+        } else if self.mapping.contains(ctx.me) {
+            Role::Replica
+        } else {
+            Role::Stray
+        };
+        self.stop_primary(ctx, OpError::Retry { epoch });
+        if self.role != Role::Primary {
+            let waiting: Vec<ClientOp> = self.waiting_active.drain(..).collect();
+            for op in waiting {
+                reply(ctx, &op, Err(OpError::WrongPrimary { epoch }));
+            }
+            self.strays.clear();
+        }
+        match self.role {
+            Role::Primary => self.start_peering(ctx),
+            Role::Replica => {}
+            Role::Stray => self.notify_primary(ctx),
+        }
+    }
+
+    /// End whatever this OSD did as primary: in-flight writes fail with
+    /// `error` (the client resends), recovery stops and its slots return.
+    pub(crate) fn stop_primary(&mut self, ctx: &mut Ctx<'_>, error: OpError) {
+        self.phase = Phase::Idle;
+        let Some(primary) = self.primary.take() else {
+            return;
+        };
+        for inflight in primary.inflight.into_values() {
+            for (client, tid) in inflight.clients {
+                ctx.io.reply(
+                    client,
+                    OsdOpReply {
+                        tid,
+                        result: Err(error.clone()),
+                    },
+                );
+            }
+        }
+        for obj in primary.objects.into_values() {
+            self.waiting_active.extend(obj.waiting);
+        }
+        ctx.slots.release_pg(self.id);
+        if primary.backfill_slot {
+            ctx.slots.release_backfill(self.id);
+        }
+        for &target in primary.backfill.keys() {
+            ctx.send(target, self.id, PgBody::Release { act: primary.act });
+        }
+    }
+
+    /// Submit `txn` for this PG; `wait` says what its commit is for.
+    pub(crate) fn submit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        txn: Transaction,
+        wait: Wait,
+    ) -> Result<(), cairn_store::StoreError> {
+        let id = ctx.id();
+        ctx.io.submit(txn, Done { pg: self.id, id })?;
+        self.uncommitted += 1;
+        self.holds = true;
+        self.waits.insert(id, wait);
+        Ok(())
+    }
+
+    /// A started store operation finished.
+    pub(crate) fn take_wait(&mut self, id: u64) -> Option<Wait> {
+        self.waits.remove(&id)
+    }
+
+    /// One of this PG's transactions is durable.
+    pub(crate) fn committed(&mut self, ctx: &mut Ctx<'_>, wait: Wait, result: Result<(), String>) {
+        self.uncommitted -= 1;
+        match wait {
+            Wait::WriteCommit { act, version } => self.write_committed(ctx, act, version, result),
+            Wait::RepCommit {
+                primary,
+                act,
+                version,
+            } => ctx.send(
+                primary,
+                self.id,
+                PgBody::RepOpReply {
+                    act,
+                    version,
+                    result,
+                },
+            ),
+            Wait::ReplicaActivated { primary, act } => {
+                let result = result.map(|()| {
+                    let missing = self.missing.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                    (self.info.clone(), missing)
+                });
+                ctx.send(primary, self.id, PgBody::Activated { act, result });
+            }
+            Wait::PrimaryActivated { act } => self.activation_committed(ctx, act, result),
+            Wait::PushCommit { primary, act, tid } => {
+                ctx.send(primary, self.id, PgBody::PushReply { act, tid, result })
+            }
+            Wait::PullCommit { act, oids } => self.pull_committed(ctx, act, oids, result),
+            Wait::Quiet => {
+                if let Err(e) = result {
+                    tracing::error!("pg {}: commit failed: {e}", self.id);
+                }
+            }
+            Wait::Read { .. } | Wait::Copy { .. } => {
+                unreachable!("pg {}: a read completed as a commit", self.id)
+            }
+        }
+        if self.uncommitted == 0 && !self.deferred.is_empty() {
+            for (from, msg) in std::mem::take(&mut self.deferred) {
+                self.handle_message(ctx, from, msg);
+            }
+        }
+    }
+
+    /// A message from peer `from` about this PG.
+    pub(crate) fn handle_message(&mut self, ctx: &mut Ctx<'_>, from: OsdId, msg: PgMessage) {
+        match msg.body {
+            PgBody::Query { query_epoch } => {
+                if self.uncommitted > 0 {
+                    self.deferred.push((
+                        from,
+                        PgMessage {
+                            body: PgBody::Query { query_epoch },
+                            ..msg
+                        },
+                    ));
+                    return;
+                }
+                self.answer_query(ctx, from, query_epoch);
+            }
+            PgBody::GetLog { query_epoch } => {
+                if self.uncommitted > 0 {
+                    self.deferred.push((
+                        from,
+                        PgMessage {
+                            body: PgBody::GetLog { query_epoch },
+                            ..msg
+                        },
+                    ));
+                    return;
+                }
+                self.answer_get_log(ctx, from, query_epoch);
+            }
+            PgBody::Info {
+                query_epoch,
+                info,
+                missing,
+                damaged,
+            } => self.got_info(ctx, from, query_epoch, info, missing, damaged),
+            PgBody::Notify { info } => self.got_notify(ctx, from, info),
+            PgBody::Log {
+                query_epoch,
+                info,
+                entries,
+            } => self.got_log(ctx, from, query_epoch, info, entries),
+            PgBody::Activate {
+                act,
+                info,
+                entries,
+                backfill,
+            } => self.activate_replica(ctx, from, act, info, entries, backfill),
+            PgBody::Activated { act, result } => self.got_activated(ctx, from, act, result),
+            PgBody::RepOp { act, entry, txn } => self.apply_repop(ctx, from, act, entry, txn),
+            PgBody::RepOpReply {
+                act,
+                version,
+                result,
+            } => self.got_repop_reply(ctx, from, act, version, result),
+            PgBody::Push {
+                act,
+                tid,
+                objects,
+                removes,
+                backfill_upto,
+            } => self.apply_push(ctx, from, act, tid, objects, removes, backfill_upto),
+            PgBody::PushReply { act, tid, result } => {
+                self.got_push_reply(ctx, from, act, tid, result)
+            }
+            PgBody::Pull { act, tid, objects } => self.answer_pull(ctx, from, act, tid, objects),
+            PgBody::PullReply { act, tid, result } => {
+                self.got_pull_reply(ctx, from, act, tid, result)
+            }
+            PgBody::Scan {
+                act,
+                tid,
+                after,
+                max,
+            } => self.answer_scan(ctx, from, act, tid, after, max),
+            PgBody::ScanReply { act, tid, result } => {
+                self.got_scan_reply(ctx, from, act, tid, result)
+            }
+            PgBody::Reserve { act } => self.answer_reserve(ctx, from, act),
+            PgBody::Reserved { act, result } => self.got_reserved(ctx, from, act, result),
+            PgBody::Release { act } => self.got_release(ctx, from, act),
+            PgBody::Remove => self.remove_stray(ctx, from),
+        }
+    }
+
+    /// The connection to `osd` was lost: requests on it will not be
+    /// answered.
+    pub(crate) fn peer_reset(&mut self, ctx: &mut Ctx<'_>, osd: OsdId) {
+        match &self.phase {
+            Phase::Active | Phase::Activating { .. } => {
+                let involved = self
+                    .primary
+                    .as_ref()
+                    .is_some_and(|p| p.peers.contains_key(&osd));
+                if involved {
+                    tracing::info!(
+                        "pg {}: lost the connection to osd.{osd}; peering again",
+                        self.id
+                    );
+                    self.restart_peering(ctx);
+                }
+            }
+            Phase::GetInfo(_) | Phase::GetLog { .. } => {
+                // Unanswered requests are sent again by the retry timer.
+            }
+            _ => {}
+        }
+        if self.replica_act.is_some_and(|(p, _)| p == osd) {
+            // RepOps may have been lost: accept no more until re-activated.
+            self.replica_act = None;
+        }
+    }
+
+    /// Periodic work: peering retries.
+    pub(crate) fn tick(&mut self, ctx: &mut Ctx<'_>) {
+        if let Phase::GetInfo(get) = &self.phase {
+            if ctx.now() >= get.retry_at {
+                self.resend_queries(ctx);
+            }
+        }
+        if let Phase::GetLog { auth } = self.phase {
+            let due = self.retry_due(ctx);
+            if due {
+                ctx.send(
+                    auth,
+                    self.id,
+                    PgBody::GetLog {
+                        query_epoch: self.interval_since,
+                    },
+                );
+            }
+        }
+        if matches!(
+            self.phase,
+            Phase::Incomplete { .. } | Phase::WaitActing { .. } | Phase::Retry { .. }
+        ) && self.retry_due(ctx)
+        {
+            self.restart_peering(ctx);
+        }
+    }
+
+    /// Count the PG's objects again (for stats).
+    pub(crate) fn recount(&mut self, io: &dyn OsdIo) {
+        if let Ok(names) = io.store().list_objects(self.id) {
+            self.objects_estimate =
+                names.iter().filter(|n| !persist::is_internal(n)).count() as u64;
+        }
+    }
+
+    /// Client ops waiting in this PG.
+    pub(crate) fn waiting_ops(&self) -> usize {
+        self.waiting_active.len()
+            + self
+                .primary
+                .as_ref()
+                .map_or(0, |p| p.objects.values().map(|o| o.waiting.len()).sum())
+    }
+
+    /// Is the PG's work done for the current map: active with every acting
+    /// member complete and nothing to backfill?
+    pub fn is_clean(&self) -> bool {
+        matches!(self.phase, Phase::Active)
+            && self.recovered()
+            && self.mapping.acting.osds == self.mapping.up
+            && self.mapping.acting.osds.len() as u32 >= self.mapping.size
+    }
+}
+
+/// Reply to a waiting client op.
+pub(crate) fn reply(
+    ctx: &mut Ctx<'_>,
+    op: &ClientOp,
+    result: Result<Vec<cairn_wire::OpOutput>, OpError>,
+) {
+    ctx.io.reply(
+        op.client,
+        OsdOpReply {
+            tid: op.op.tid,
+            result,
+        },
+    );
+}

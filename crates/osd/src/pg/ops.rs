@@ -1,0 +1,472 @@
+//! Client operations on the primary.
+//!
+//! An op is admitted only while the PG is active with at least min_size
+//! acting members, and only once its object is whole: missing here (it
+//! waits for recovery, which takes that object first), missing on a member
+//! or inside a backfill batch in flight (writes wait), or under writes in
+//! flight when the op depends on the object's state. A mutation becomes
+//! one store transaction with its log entry, is submitted here and sent as
+//! a RepOp to every acting member and backfill target at once, and is
+//! acknowledged when all of them and the local store have committed it.
+//! A request id already in the log is answered from it, never applied
+//! twice.
+
+use std::collections::BTreeSet;
+
+use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction, MAX_OBJECT_SIZE};
+use cairn_types::{OsdId, Version};
+use cairn_wire::{ActId, LogEntry, LogOp, ObjOp, OpError, OpOutput, PgBody};
+
+use super::persist::{self, VERSION_ATTR};
+use super::{reply, ClientOp, Ctx, Pg, Phase, Wait, MAX_WAITING_OPS};
+use crate::io::{store_error, Done, ReadFailure, ReadResult};
+
+/// A write in flight on the primary.
+#[derive(Debug)]
+pub(crate) struct Inflight {
+    pub oid: String,
+    /// The client requests waiting for it (a resend adds one).
+    pub clients: Vec<(crate::io::ClientId, u64)>,
+    pub outputs: usize,
+    pub waiting_on: BTreeSet<OsdId>,
+    pub local_done: bool,
+}
+
+/// Does this request need the object's current state to build its
+/// transaction (or, for reads, to see every acknowledged write)?
+fn needs_object_state(ops: &[ObjOp]) -> bool {
+    ops.iter().any(|op| {
+        matches!(
+            op,
+            ObjOp::Zero { .. }
+                | ObjOp::Remove
+                | ObjOp::Create { .. }
+                | ObjOp::OmapInsert { .. }
+                | ObjOp::OmapRm { .. }
+        ) || !op.is_mutation()
+    })
+}
+
+impl Pg {
+    /// A client op routed to this PG (its epoch and placement checked).
+    pub(crate) fn client_op(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        if self.role != super::Role::Primary {
+            let epoch = ctx.map.epoch;
+            return reply(ctx, &op, Err(OpError::WrongPrimary { epoch }));
+        }
+        let Some(op) = self.admit(ctx, op) else {
+            return;
+        };
+        if op.op.ops.iter().any(ObjOp::is_mutation) {
+            self.do_write(ctx, op);
+        } else {
+            self.do_read(ctx, op);
+        }
+    }
+
+    /// Hold `op` until the PG serves; refuse it if too many wait.
+    fn hold(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        if self.waiting_active.len() >= MAX_WAITING_OPS {
+            let epoch = ctx.map.epoch;
+            return reply(ctx, &op, Err(OpError::Retry { epoch }));
+        }
+        self.waiting_active.push_back(op);
+    }
+
+    /// Returns the op if it may run now; otherwise it waits.
+    fn admit(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) -> Option<ClientOp> {
+        let serving = matches!(self.phase, Phase::Active)
+            && self.mapping.acting.osds.len() as u32 >= self.mapping.min_size;
+        if !serving {
+            self.hold(ctx, op);
+            return None;
+        }
+        let is_write = op.op.ops.iter().any(ObjOp::is_mutation);
+        let oid = op.op.oid.clone();
+        let missing_here = self.missing.contains_key(&oid);
+        let Some(primary) = self.primary.as_mut() else {
+            self.hold(ctx, op);
+            return None;
+        };
+        if let Some(unfound) = primary.unfound.get(&oid) {
+            if unfound.corrupt && !is_write {
+                return self.fail(
+                    ctx,
+                    op,
+                    OpError::Io(format!("every copy of {oid:?} is damaged")),
+                );
+            }
+            if !unfound.corrupt || missing_here {
+                primary.objects.entry(oid).or_default().waiting.push(op);
+                return None;
+            }
+        }
+        let degraded = is_write
+            && (primary.recovering.contains(&oid)
+                || primary.peers.values().any(|p| p.missing.contains_key(&oid))
+                || primary.backfill.values().any(|b| b.blocks(&oid)));
+        if missing_here || degraded {
+            if !primary.urgent.contains(&oid) {
+                primary.urgent.push_back(oid.clone());
+            }
+            primary.objects.entry(oid).or_default().waiting.push(op);
+            self.kick_recovery(ctx);
+            return None;
+        }
+        if needs_object_state(&op.op.ops) {
+            if let Some(obj) = primary.objects.get_mut(&oid) {
+                if obj.pending_writes > 0 {
+                    obj.waiting.push(op);
+                    return None;
+                }
+            }
+        }
+        Some(op)
+    }
+
+    fn fail(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, error: OpError) -> Option<ClientOp> {
+        reply(ctx, &op, Err(error));
+        None
+    }
+
+    /// Run every op held while the PG did not serve.
+    pub(crate) fn release_waiting(&mut self, ctx: &mut Ctx<'_>) {
+        let waiting: Vec<ClientOp> = self.waiting_active.drain(..).collect();
+        for op in waiting {
+            self.client_op(ctx, op);
+        }
+    }
+
+    /// Run the ops waiting on `oid`.
+    pub(crate) fn wake_object(&mut self, ctx: &mut Ctx<'_>, oid: &str) {
+        let Some(primary) = self.primary.as_mut() else {
+            return;
+        };
+        let waiting = match primary.objects.get_mut(oid) {
+            Some(obj) => {
+                let waiting = std::mem::take(&mut obj.waiting);
+                if obj.pending_writes == 0 {
+                    primary.objects.remove(oid);
+                }
+                waiting
+            }
+            None => return,
+        };
+        for op in waiting {
+            self.client_op(ctx, op);
+        }
+    }
+
+    fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        let Some(act) = self.primary.as_ref().map(|p| p.act) else {
+            return self.hold(ctx, op);
+        };
+        let id = ctx.id();
+        let oid = ObjectId::new(self.id, op.op.oid.clone());
+        let ops = op.op.ops.clone();
+        self.waits.insert(id, Wait::Read { act, op });
+        ctx.io.read(oid, ops, Done { pg: self.id, id });
+    }
+
+    /// A client read finished.
+    pub(crate) fn read_done(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        act: ActId,
+        op: ClientOp,
+        result: ReadResult,
+    ) {
+        let result = match result {
+            Ok(outputs) => Ok(outputs),
+            Err(ReadFailure::Op(e)) => Err(e),
+            Err(ReadFailure::Checksum(what)) => {
+                if self.primary.as_ref().map(|p| p.act) == Some(act) {
+                    return self.read_repair(ctx, op, what);
+                }
+                Err(OpError::Io(what))
+            }
+        };
+        reply(ctx, &op, result);
+    }
+
+    fn do_write(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        // Exactly once: a request already applied gets its outcome.
+        if let Some(version) = self.log.find_reqid(&op.op.reqid) {
+            let primary = self
+                .primary
+                .as_mut()
+                .expect("admitted ops run only while active");
+            match primary.inflight.get_mut(&version) {
+                Some(inflight) => inflight.clients.push((op.client, op.op.tid)),
+                None => {
+                    let outputs = vec![OpOutput::None; op.op.ops.len()];
+                    reply(ctx, &op, Ok(outputs));
+                }
+            }
+            return;
+        }
+        let epoch = ctx.map.epoch.max(self.info.last_update.epoch);
+        let version = Version::new(epoch, self.info.last_update.counter + 1);
+        let oid = ObjectId::new(self.id, op.op.oid.clone());
+        let store = ctx.io.store();
+        let prior = match self.current_version(store, &oid) {
+            Ok(prior) => prior,
+            Err(e) => return reply(ctx, &op, Err(OpError::Io(e))),
+        };
+        let (data, exists) = match build_mutation(store, &oid, &op.op.ops, version) {
+            Ok(built) => built,
+            Err(e) => return reply(ctx, &op, Err(e)),
+        };
+        if let Err(e) = data.validate() {
+            return reply(ctx, &op, Err(store_error(e)));
+        }
+        let entry = LogEntry {
+            version,
+            prior_version: prior.unwrap_or(Version::ZERO),
+            reqid: Some(op.op.reqid),
+            oid: op.op.oid.clone(),
+            op: if exists { LogOp::Modify } else { LogOp::Delete },
+        };
+        let replica_txn = data.clone();
+        let mut txn = data;
+        let trim = self.prepare_append(ctx, &entry, &mut txn);
+        let Some(act) = self.primary.as_ref().map(|p| p.act) else {
+            unreachable!("admitted ops run only while active");
+        };
+        if let Err(e) = self.submit(ctx, txn, Wait::WriteCommit { act, version }) {
+            // Nothing was applied or sent.
+            return reply(ctx, &op, Err(store_error(e)));
+        }
+        self.finish_append(entry.clone(), trim);
+        let primary = self.primary.as_mut().expect("checked above");
+        let mut waiting_on = BTreeSet::new();
+        for &peer in primary.peers.keys() {
+            let covered = primary
+                .backfill
+                .get(&peer)
+                .is_none_or(|b| b.covers(&entry.oid));
+            ctx.io.send(
+                peer,
+                cairn_wire::PgMessage {
+                    pg: self.id,
+                    epoch: ctx.map.epoch,
+                    body: PgBody::RepOp {
+                        act,
+                        entry: entry.clone(),
+                        txn: covered.then(|| replica_txn.clone()),
+                    },
+                },
+            );
+            waiting_on.insert(peer);
+        }
+        primary.inflight.insert(
+            version,
+            Inflight {
+                oid: op.op.oid.clone(),
+                clients: vec![(op.client, op.op.tid)],
+                outputs: op.op.ops.len(),
+                waiting_on,
+                local_done: false,
+            },
+        );
+        let obj = primary.objects.entry(op.op.oid).or_default();
+        obj.pending_writes += 1;
+        obj.version = Some(if exists { version } else { Version::ZERO });
+    }
+
+    /// The object's version as of every write submitted so far (`None`:
+    /// it does not exist).
+    fn current_version(
+        &self,
+        store: &dyn ObjectStore,
+        oid: &ObjectId,
+    ) -> Result<Option<Version>, String> {
+        let pending = self
+            .primary
+            .as_ref()
+            .and_then(|p| p.objects.get(&oid.name))
+            .and_then(|o| o.version);
+        match pending {
+            Some(v) if v == Version::ZERO => Ok(None),
+            Some(v) => Ok(Some(v)),
+            None => persist::object_version(store, oid),
+        }
+    }
+
+    pub(crate) fn write_committed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        act: ActId,
+        version: Version,
+        result: Result<(), String>,
+    ) {
+        let Some(primary) = self.primary.as_mut().filter(|p| p.act == act) else {
+            return;
+        };
+        if let Err(e) = result {
+            tracing::error!("pg {}: local commit of {version} failed: {e}", self.id);
+            return self.retry_later(ctx, format!("local commit failed: {e}"));
+        }
+        if let Some(inflight) = primary.inflight.get_mut(&version) {
+            inflight.local_done = true;
+        }
+        self.maybe_complete(ctx, version);
+    }
+
+    pub(crate) fn got_repop_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: OsdId,
+        act: ActId,
+        version: Version,
+        result: Result<(), String>,
+    ) {
+        let Some(primary) = self.primary.as_mut().filter(|p| p.act == act) else {
+            return;
+        };
+        if let Err(e) = result {
+            return self.retry_later(ctx, format!("osd.{from} refused write {version}: {e}"));
+        }
+        if let Some(inflight) = primary.inflight.get_mut(&version) {
+            inflight.waiting_on.remove(&from);
+        }
+        self.maybe_complete(ctx, version);
+    }
+
+    fn maybe_complete(&mut self, ctx: &mut Ctx<'_>, version: Version) {
+        let Some(primary) = self.primary.as_mut() else {
+            return;
+        };
+        let done = primary
+            .inflight
+            .get(&version)
+            .is_some_and(|i| i.local_done && i.waiting_on.is_empty());
+        if !done {
+            return;
+        }
+        let Some(inflight) = primary.inflight.remove(&version) else {
+            return;
+        };
+        for (client, tid) in inflight.clients {
+            let outputs = vec![OpOutput::None; inflight.outputs];
+            ctx.io.reply(
+                client,
+                cairn_wire::OsdOpReply {
+                    tid,
+                    result: Ok(outputs),
+                },
+            );
+        }
+        if let Some(obj) = primary.objects.get_mut(&inflight.oid) {
+            obj.pending_writes -= 1;
+            if obj.pending_writes == 0 {
+                obj.version = None;
+                self.wake_object(ctx, &inflight.oid);
+                self.kick_backfill(ctx);
+            }
+        }
+    }
+}
+
+/// Turn a request's mutations into a store transaction. Returns the
+/// transaction and whether the object exists after it.
+fn build_mutation(
+    store: &dyn ObjectStore,
+    oid: &ObjectId,
+    ops: &[ObjOp],
+    version: Version,
+) -> Result<(Transaction, bool), OpError> {
+    let mut txn = Transaction::new();
+    let mut size = None;
+    if needs_object_state(ops) {
+        size = match store.stat(oid) {
+            Ok(stat) => Some(stat.size),
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => return Err(store_error(e)),
+        };
+    }
+    let mut exists = size.is_some();
+    for op in ops {
+        match op {
+            ObjOp::Write { offset, data } => {
+                if offset.saturating_add(data.len() as u64) > MAX_OBJECT_SIZE {
+                    return Err(OpError::Invalid(
+                        "write past the maximum object size".into(),
+                    ));
+                }
+                txn.write(oid, *offset, data.clone());
+                let end = offset + data.len() as u64;
+                size = Some(size.unwrap_or(0).max(end));
+                exists = true;
+            }
+            ObjOp::Zero { offset, len } => {
+                let Some(cur) = size.filter(|_| exists) else {
+                    continue;
+                };
+                let end = offset.saturating_add(*len).min(cur);
+                if *offset >= end {
+                    continue;
+                }
+                if end == cur {
+                    txn.truncate(oid, *offset);
+                    size = Some(*offset);
+                } else {
+                    txn.zero(oid, *offset, end - offset);
+                }
+            }
+            ObjOp::Truncate { size: new_size } => {
+                txn.truncate(oid, *new_size);
+                size = Some(*new_size);
+                exists = true;
+            }
+            ObjOp::Remove => {
+                if !exists {
+                    return Err(OpError::NotFound);
+                }
+                txn.remove(oid);
+                exists = false;
+                size = None;
+            }
+            ObjOp::Create { exclusive } => {
+                if exists && *exclusive {
+                    return Err(OpError::Exists);
+                }
+                txn.touch(oid);
+                exists = true;
+                size = Some(size.unwrap_or(0));
+            }
+            ObjOp::SetAttr { key, value } => {
+                if key.starts_with('_') {
+                    return Err(OpError::Invalid(format!("attribute {key:?} is reserved")));
+                }
+                txn.set_attr(oid, key, value.clone());
+                exists = true;
+            }
+            ObjOp::OmapSet { entries } => {
+                txn.omap_set(oid, entries.clone());
+                exists = true;
+            }
+            ObjOp::OmapInsert { entries } => {
+                if exists {
+                    let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+                    let found = store.omap_get(oid, &keys).map_err(store_error)?;
+                    if !found.is_empty() {
+                        return Err(OpError::Exists);
+                    }
+                }
+                txn.omap_set(oid, entries.clone());
+                exists = true;
+            }
+            ObjOp::OmapRm { keys } => {
+                if exists {
+                    txn.omap_rm(oid, keys.clone());
+                }
+            }
+            _ => return Err(OpError::Invalid("read op in a write request".into())),
+        }
+    }
+    if exists {
+        txn.set_attr(oid, VERSION_ATTR, persist::encode(&version));
+    }
+    Ok((txn, exists))
+}

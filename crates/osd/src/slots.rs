@@ -1,0 +1,179 @@
+//! The OSD's recovery and backfill budgets, shared by its PGs.
+//!
+//! - Recovery: at most `osd_recovery_max_active` objects in recovery at
+//!   once across the OSD's PGs, and a new one at most every
+//!   `osd_recovery_sleep`. PGs that found no free slot queue for one.
+//! - Backfill: at most `osd_max_backfills` PGs backfilling as primary
+//!   (local) and as many as target (remote) — Ceph's reservations. A remote
+//!   reservation is refused when this OSD is too full to take data
+//!   (`backfillfull`), with the reason.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use cairn_types::PgId;
+
+#[derive(Debug)]
+pub struct Slots {
+    recovery_max: usize,
+    recovery_sleep: Duration,
+    in_use: BTreeMap<PgId, usize>,
+    total: usize,
+    next_start: Duration,
+    wanting: VecDeque<PgId>,
+    backfill_max: usize,
+    local: BTreeSet<PgId>,
+    remote: BTreeSet<PgId>,
+    /// Why this OSD takes no backfill now (too full), if it does not.
+    refuse_backfill: Option<String>,
+}
+
+impl Slots {
+    pub fn new(recovery_max: usize, recovery_sleep: Duration, backfill_max: usize) -> Self {
+        Slots {
+            recovery_max: recovery_max.max(1),
+            recovery_sleep,
+            in_use: BTreeMap::new(),
+            total: 0,
+            next_start: Duration::ZERO,
+            wanting: VecDeque::new(),
+            backfill_max: backfill_max.max(1),
+            local: BTreeSet::new(),
+            remote: BTreeSet::new(),
+            refuse_backfill: None,
+        }
+    }
+
+    /// Take a recovery slot for `pg` if one is free now.
+    pub fn take(&mut self, pg: PgId, now: Duration) -> bool {
+        if self.total >= self.recovery_max || now < self.next_start {
+            return false;
+        }
+        self.total += 1;
+        *self.in_use.entry(pg).or_default() += 1;
+        self.next_start = now + self.recovery_sleep;
+        true
+    }
+
+    /// Give back one of `pg`'s recovery slots.
+    pub fn release(&mut self, pg: PgId, _now: Duration) {
+        let Some(n) = self.in_use.get_mut(&pg) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.in_use.remove(&pg);
+        }
+        self.total -= 1;
+    }
+
+    /// Give back every recovery slot `pg` holds (its activation ended).
+    pub fn release_pg(&mut self, pg: PgId) {
+        if let Some(n) = self.in_use.remove(&pg) {
+            self.total -= n;
+        }
+        self.wanting.retain(|p| *p != pg);
+    }
+
+    /// `pg` has recovery work waiting for a slot.
+    pub fn want(&mut self, pg: PgId) {
+        if !self.wanting.contains(&pg) {
+            self.wanting.push_back(pg);
+        }
+    }
+
+    /// PGs to give another try, if a slot could be free.
+    pub fn take_wanting(&mut self, now: Duration) -> Vec<PgId> {
+        if self.total >= self.recovery_max || now < self.next_start {
+            return Vec::new();
+        }
+        self.wanting.drain(..).collect()
+    }
+
+    #[cfg(test)]
+    pub fn in_use(&self) -> usize {
+        self.total
+    }
+
+    pub fn take_backfill(&mut self, pg: PgId) -> bool {
+        if self.local.contains(&pg) {
+            return true;
+        }
+        if self.local.len() >= self.backfill_max {
+            return false;
+        }
+        self.local.insert(pg);
+        true
+    }
+
+    pub fn release_backfill(&mut self, pg: PgId) {
+        self.local.remove(&pg);
+    }
+
+    pub fn reserve_remote(&mut self, pg: PgId) -> Result<(), String> {
+        if let Some(why) = &self.refuse_backfill {
+            return Err(why.clone());
+        }
+        if self.remote.contains(&pg) {
+            return Ok(());
+        }
+        if self.remote.len() >= self.backfill_max {
+            return Err(format!(
+                "all {} backfill slots are taken",
+                self.backfill_max
+            ));
+        }
+        self.remote.insert(pg);
+        Ok(())
+    }
+
+    pub fn release_remote(&mut self, pg: PgId) {
+        self.remote.remove(&pg);
+    }
+
+    /// Refuse (with the reason) or accept new backfill reservations.
+    pub fn set_refuse_backfill(&mut self, why: Option<String>) {
+        self.refuse_backfill = why;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_slots_are_bounded_and_spaced() {
+        let pg = PgId::new(1, 0);
+        let mut slots = Slots::new(2, Duration::from_millis(10), 1);
+        let t = Duration::from_secs(1);
+        assert!(slots.take(pg, t));
+        assert!(!slots.take(pg, t), "the sleep spaces starts");
+        assert!(slots.take(pg, t + Duration::from_millis(10)));
+        assert!(
+            !slots.take(pg, t + Duration::from_secs(1)),
+            "both slots in use"
+        );
+        slots.want(pg);
+        slots.release(pg, t);
+        assert_eq!(slots.take_wanting(t + Duration::from_secs(1)), vec![pg]);
+        slots.release_pg(pg);
+        assert_eq!(slots.in_use(), 0);
+    }
+
+    #[test]
+    fn backfill_reservations_are_bounded_and_refusable() {
+        let (a, b) = (PgId::new(1, 0), PgId::new(1, 1));
+        let mut slots = Slots::new(1, Duration::ZERO, 1);
+        assert!(slots.take_backfill(a));
+        assert!(slots.take_backfill(a), "idempotent");
+        assert!(!slots.take_backfill(b));
+        assert!(slots.reserve_remote(a).is_ok());
+        assert!(slots.reserve_remote(b).is_err());
+        slots.release_remote(a);
+        slots.set_refuse_backfill(Some("osd.0 is backfillfull".into()));
+        assert_eq!(
+            slots.reserve_remote(b).unwrap_err(),
+            "osd.0 is backfillfull"
+        );
+    }
+}

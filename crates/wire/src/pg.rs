@@ -1,0 +1,271 @@
+//! What OSDs say to each other about one placement group, and the PG
+//! records those messages carry (the log entry, the info every member
+//! persists, the stats a primary reports).
+//!
+//! Every [`PgMessage`] carries the sender's map epoch: a receiver with an
+//! older map holds the message until it has that map, so that nobody
+//! answers for an interval it has not seen begin. Messages about an active
+//! interval carry its [`ActId`]; a member drops those of any other.
+
+use bytes::Bytes;
+use cairn_store::Transaction;
+use cairn_types::{Epoch, OsdId, PgId, ReqId, Version};
+use serde::{Deserialize, Serialize};
+
+/// What one mutation did to its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogOp {
+    /// The object exists after the mutation, at the entry's version.
+    Modify,
+    /// The object was removed.
+    Delete,
+}
+
+/// A PG log entry: one mutation, for recovery, rollback and exactly-once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub version: Version,
+    /// The object's version before this mutation ([`Version::ZERO`]: it
+    /// did not exist). Rolling back a divergent entry restores this.
+    pub prior_version: Version,
+    pub reqid: Option<ReqId>,
+    pub oid: String,
+    pub op: LogOp,
+}
+
+/// How much of the PG's object set a member holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backfill {
+    /// Every object (except those in the member's missing set).
+    Complete,
+    /// Being backfilled: objects named up to and including `done_upto`
+    /// (in name order; `None`: none) are as complete as for a complete
+    /// member; the rest may be absent or stale.
+    Partial { done_upto: Option<String> },
+}
+
+impl Backfill {
+    pub fn is_complete(&self) -> bool {
+        matches!(self, Backfill::Complete)
+    }
+
+    /// Does the member hold `name` (up to its missing set)?
+    pub fn covers(&self, name: &str) -> bool {
+        match self {
+            Backfill::Complete => true,
+            Backfill::Partial { done_upto } => done_upto.as_deref().is_some_and(|d| name <= d),
+        }
+    }
+}
+
+/// What a member persists about its copy of a PG (collection attribute
+/// `info`), and reports when queried.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    pub pg: PgId,
+    /// The newest log entry.
+    pub last_update: Version,
+    /// Entries at or below this version are trimmed: the log covers
+    /// `(log_tail, last_update]`.
+    pub log_tail: Version,
+    /// First epoch of the last interval in which this member was activated
+    /// (its log made the PG's authoritative log). Among members, the newest
+    /// `last_epoch_started` wins peering, then the newest `last_update`.
+    pub last_epoch_started: Epoch,
+    pub backfill: Backfill,
+}
+
+impl PgInfo {
+    /// The info of a member that holds nothing of the PG yet.
+    pub fn empty(pg: PgId) -> Self {
+        Self {
+            pg,
+            last_update: Version::ZERO,
+            log_tail: Version::ZERO,
+            last_epoch_started: 0,
+            backfill: Backfill::Complete,
+        }
+    }
+}
+
+/// Identifies one activation of a PG: the primary's interval (its first
+/// epoch, as the primary saw it) and the peering attempt within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ActId {
+    pub epoch: Epoch,
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for ActId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.attempt)
+    }
+}
+
+/// A whole object as recovery copies it, at one version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCopy {
+    pub name: String,
+    pub version: Version,
+    /// `None`: the object does not exist at `version` (a removal).
+    pub data: Option<Bytes>,
+    pub attrs: Vec<(String, Bytes)>,
+    pub omap: Vec<(String, Bytes)>,
+}
+
+/// One PG message between OSDs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PgMessage {
+    pub pg: PgId,
+    /// The sender's map epoch.
+    pub epoch: Epoch,
+    pub body: PgBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PgBody {
+    // ----- peering -----
+    /// Primary → any member, past or present: report your info.
+    Query { query_epoch: Epoch },
+    /// Reply to [`PgBody::Query`]: `None` if the member holds nothing of the
+    /// PG; `damaged` if what it holds could not be read.
+    Info {
+        query_epoch: Epoch,
+        info: Option<PgInfo>,
+        missing: Vec<(String, Version)>,
+        damaged: Option<String>,
+    },
+    /// Primary → the member with the authoritative log: send it.
+    GetLog { query_epoch: Epoch },
+    /// Reply to [`PgBody::GetLog`].
+    Log {
+        query_epoch: Epoch,
+        info: PgInfo,
+        entries: Vec<LogEntry>,
+    },
+    /// Primary → each acting member and backfill target: the PG is active
+    /// as `act` with the authoritative `info` and log `entries`; merge them
+    /// (rolling back what they lack), and, if `backfill`, count yourself a
+    /// backfill target.
+    Activate {
+        act: ActId,
+        info: PgInfo,
+        entries: Vec<LogEntry>,
+        backfill: bool,
+    },
+    /// Reply to [`PgBody::Activate`]: the member's info and missing set
+    /// after the merge, or why it refused.
+    Activated {
+        act: ActId,
+        result: Result<(PgInfo, Vec<(String, Version)>), String>,
+    },
+
+    // ----- replication -----
+    /// Apply a mutation: its log entry, and its transaction unless the
+    /// receiver is a backfill target that has not reached the object yet.
+    RepOp {
+        act: ActId,
+        entry: LogEntry,
+        txn: Option<Transaction>,
+    },
+    RepOpReply {
+        act: ActId,
+        version: Version,
+        result: Result<(), String>,
+    },
+
+    // ----- recovery and backfill -----
+    /// Primary → member: install these object copies (a copy without data
+    /// removes the object); a backfill target then holds everything up to
+    /// `backfill_upto`.
+    Push {
+        act: ActId,
+        tid: u64,
+        objects: Vec<ObjectCopy>,
+        removes: Vec<String>,
+        backfill_upto: Option<Backfill>,
+    },
+    PushReply {
+        act: ActId,
+        tid: u64,
+        result: Result<(), String>,
+    },
+    /// Primary → a member that holds objects the primary is missing: send
+    /// them, each at exactly the given version.
+    Pull {
+        act: ActId,
+        tid: u64,
+        objects: Vec<(String, Version)>,
+    },
+    /// Reply to [`PgBody::Pull`]: a copy per object, in order; an error if
+    /// the member does not hold one at the version asked for.
+    PullReply {
+        act: ActId,
+        tid: u64,
+        result: Result<Vec<ObjectCopy>, String>,
+    },
+    /// Primary → backfill target: list your objects with names after
+    /// `after`, at most `max`, in name order.
+    Scan {
+        act: ActId,
+        tid: u64,
+        after: Option<String>,
+        max: u32,
+    },
+    /// Reply to [`PgBody::Scan`]: names and versions; `done` if there are
+    /// no more.
+    ScanReply {
+        act: ActId,
+        tid: u64,
+        result: Result<(Vec<(String, Version)>, bool), String>,
+    },
+    /// Primary → backfill target: reserve one of your backfill slots.
+    Reserve { act: ActId },
+    /// Reply to [`PgBody::Reserve`]: granted, or why not (no free slot,
+    /// too full).
+    Reserved {
+        act: ActId,
+        result: Result<(), String>,
+    },
+    /// Primary → backfill target: backfill ended or stopped; free the slot.
+    Release { act: ActId },
+    /// Primary → a former member: the PG is recovered without you; delete
+    /// your copy.
+    Remove,
+    /// A member that holds data of the PG but is not in its up or acting
+    /// set → the primary: here is what I hold (a possible recovery source).
+    Notify { info: PgInfo },
+}
+
+/// A PG's state as its primary reports it to the monitor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStat {
+    pub pg: PgId,
+    /// Ceph-style state words joined by `+`: `active+clean`,
+    /// `peering`, `down`, `incomplete`, `peered+undersized+degraded`,
+    /// `active+recovering+degraded`, `active+backfilling+remapped`, ...
+    pub state: String,
+    /// First epoch of the current interval (the primary's view).
+    pub interval_epoch: Epoch,
+    pub up: Vec<OsdId>,
+    pub acting: Vec<OsdId>,
+    pub last_update: Version,
+    pub objects: u64,
+    /// Object copies missing on acting members, and objects still to
+    /// backfill (an estimate).
+    pub degraded: u64,
+    /// Objects that no reachable member holds at the needed version.
+    pub unfound: u64,
+    /// Every acting member holds every object: the monitor may forget the
+    /// PG's past intervals.
+    pub recovered: bool,
+    /// OSDs the PG waits for, if any.
+    pub blocked_by: Vec<OsdId>,
+    /// Why the PG is in this state, in a sentence.
+    pub detail: String,
+    /// Counters since this OSD started: objects recovered from the log,
+    /// objects backfilled, bytes moved by either.
+    pub recovered_objects: u64,
+    pub backfilled_objects: u64,
+    pub recovery_bytes: u64,
+}
