@@ -348,7 +348,9 @@ fn three_hosts_every_acting_set_spans_them() {
     }
     cluster.ok(&["osd", "in", "2"]);
     cluster.ok(&["osd", "in", "3"]);
-    wait_status(&cluster, "all clean again", |s| s["pgs"]["clean"] == s["pgs"]["total"]);
+    wait_status(&cluster, "all clean again", |s| {
+        s["pgs"]["clean"] == s["pgs"]["total"]
+    });
     // Both OSDs of h2 down: every PG keeps two hosts and shows undersized.
     cluster.kill9("osd.2");
     cluster.kill9("osd.3");
