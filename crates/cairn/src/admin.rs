@@ -25,6 +25,9 @@ pub enum PoolCmd {
         /// Copies that must be up to serve I/O (default: mon.pool_default_min_size).
         #[arg(long)]
         min_size: Option<u32>,
+        /// CRUSH rule placing the pool's PGs (default: replicated_rule).
+        #[arg(long)]
+        rule: Option<String>,
     },
     /// List pools.
     Ls,
@@ -164,6 +167,7 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             pg_num,
             size,
             min_size,
+            rule,
         } => {
             if let Some(pg_num) = pg_num {
                 if !pg_num.is_power_of_two() {
@@ -176,6 +180,7 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
                     pg_num,
                     size,
                     min_size,
+                    rule,
                 },
                 false,
             )

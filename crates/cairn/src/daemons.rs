@@ -1,5 +1,6 @@
 //! `cairn mon` and `cairn osd`: run the daemons; also `cairn osd
-//! mkfs|fsck|perf|ls|out|in|down`.
+//! mkfs|fsck|perf|ls|out|in|down`, and `cairn osd tree|crush` (in
+//! `crush_cli`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use cairn_store::ObjectStore;
 use cairn_wire::MonCommand;
 use clap::{Args, Subcommand};
 
-use crate::{admin, conf, osd_store, Context};
+use crate::{admin, conf, crush_cli, device_info, osd_store, Context};
 
 #[derive(Args)]
 pub struct MonArgs {
@@ -37,6 +38,10 @@ pub struct OsdArgs {
     /// Object store backend (overrides `osd.store`).
     #[arg(long, value_name = "bluestore|filestore|memstore")]
     store: Option<String>,
+    /// Where the OSD is in the CRUSH hierarchy, e.g. `"host=h1 rack=r1"`
+    /// (overrides `osd.crush_location`).
+    #[arg(long, value_name = "TYPE=NAME ...")]
+    crush_location: Option<String>,
     /// Override an option, e.g. `--set osd.heartbeat_interval_ms=500` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -58,6 +63,11 @@ pub enum OsdCmd {
     In { id: u32 },
     /// Mark an OSD down (it re-boots if alive).
     Down { id: u32 },
+    /// The CRUSH hierarchy with every OSD's weight, class and state.
+    Tree,
+    /// Change the CRUSH hierarchy and rules.
+    #[command(subcommand)]
+    Crush(crush_cli::CrushCmd),
 }
 
 #[derive(Args)]
@@ -154,6 +164,12 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
         pool_default_pg_num: m.pool_default_pg_num,
         pool_default_size: m.pool_default_size,
         pool_default_min_size: m.pool_default_min_size,
+        crush_bucket_types: m
+            .crush_bucket_types
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        crush_chooseleaf_type: m.osd_crush_chooseleaf_type.clone(),
     };
     let rt = runtime(1)?;
     rt.block_on(async {
@@ -182,14 +198,21 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             .set(&format!("osd.{id}.store"), store_word(store))
             .context("--store")?;
     }
+    if let Some(location) = &args.crush_location {
+        config
+            .set(&format!("osd.{id}.crush_location"), location)
+            .context("--crush-location")?;
+    }
     let osd_conf = config.osd_for(id);
     conf::init_logging(&config.global.log_level);
     let store: Arc<dyn ObjectStore> = osd_store::open(&dir, &osd_conf)?;
+    let crush = device_info::report(&dir, &osd_conf)?;
     let opts = cairn_osd::OsdOptions {
         id,
         mon_addr: config.global.mon_addr.clone(),
         heartbeat_interval: Duration::from_millis(osd_conf.heartbeat_interval_ms),
         fsid_file: Some(dir.join("fsid")),
+        crush,
         core: cairn_osd::CoreOptions {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
             recovery_max_active: osd_conf.recovery_max_active as usize,
@@ -292,6 +315,8 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         OsdCmd::Out { id } => MonCommand::OsdOut { id },
         OsdCmd::In { id } => MonCommand::OsdIn { id },
         OsdCmd::Down { id } => MonCommand::OsdDown { id },
+        OsdCmd::Tree => return crush_cli::tree(ctx),
+        OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
     };
     let is_ls = matches!(mon_cmd, MonCommand::OsdLs);
     let value = admin::mon_command(ctx, mon_cmd)?;

@@ -7,6 +7,12 @@
 //! creates pool `rbd` and waits until every PG is active. Run again, it
 //! starts only the daemons that are not running. `down` signals exactly the
 //! processes in `cluster.json` whose start time still matches.
+//!
+//! CRUSH: with `--osds N` every OSD is on this machine's host bucket, so a
+//! new cluster's default rule separates replicas by OSD (as Ceph's vstart
+//! does). With `--hosts H --osds-per-host M` OSDs `(k-1)*M .. k*M-1` are on
+//! host `hk` (`--crush-location host=hk`, also written to `[osd.N]` of a new
+//! `cairn.toml` so plain restarts keep it) and replicas go to distinct hosts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,8 +30,16 @@ use crate::{admin, osd_store, Context};
 pub enum ClusterCmd {
     /// Start a monitor and N OSDs, create pool `rbd`, wait until all PGs are active.
     Up {
-        #[arg(long, default_value_t = 3)]
-        osds: u32,
+        /// OSDs on this machine's host (default 3; with --hosts, the total).
+        #[arg(long)]
+        osds: Option<u32>,
+        /// Spread the OSDs over this many CRUSH hosts (h1, h2, ...),
+        /// replicas on distinct hosts.
+        #[arg(long)]
+        hosts: Option<u32>,
+        /// OSDs per host with --hosts (default 1).
+        #[arg(long, requires = "hosts")]
+        osds_per_host: Option<u32>,
         #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
         dir: PathBuf,
         /// Object store for the OSDs (first `up` only).
@@ -142,16 +156,19 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
     match cmd {
         ClusterCmd::Up {
             osds,
+            hosts,
+            osds_per_host,
             dir,
             store,
             set,
             pg_num,
             timeout,
         } => {
+            let layout = Layout::new(osds, hosts, osds_per_host)?;
             let fresh = Fresh { store, set };
             up(
                 ctx,
-                osds,
+                &layout,
                 &dir,
                 &fresh,
                 pg_num,
@@ -169,17 +186,86 @@ struct Fresh {
     set: Vec<String>,
 }
 
+/// How many OSDs, and on which CRUSH hosts.
+struct Layout {
+    osds: u32,
+    /// `Some(M)`: M OSDs per host `h1`, `h2`, ...; `None`: all on this machine.
+    per_host: Option<u32>,
+}
+
+impl Layout {
+    fn new(osds: Option<u32>, hosts: Option<u32>, per_host: Option<u32>) -> Result<Layout> {
+        let Some(hosts) = hosts else {
+            let osds = osds.unwrap_or(3);
+            if osds == 0 {
+                bail!("--osds must be at least 1");
+            }
+            return Ok(Layout {
+                osds,
+                per_host: None,
+            });
+        };
+        let per_host = per_host.unwrap_or(1);
+        if hosts == 0 || per_host == 0 {
+            bail!("--hosts and --osds-per-host must be at least 1");
+        }
+        let total = hosts
+            .checked_mul(per_host)
+            .filter(|t| *t <= 4096)
+            .context("too many OSDs (at most 4096)")?;
+        if osds.is_some_and(|n| n != total) {
+            bail!(
+                "--osds {} does not match --hosts {hosts} x --osds-per-host {per_host}",
+                osds.unwrap_or(0)
+            );
+        }
+        Ok(Layout {
+            osds: total,
+            per_host: Some(per_host),
+        })
+    }
+
+    /// The CRUSH host of OSD `id`, if the layout names hosts.
+    fn host_of(&self, id: u32) -> Option<String> {
+        self.per_host.map(|m| format!("h{}", id / m + 1))
+    }
+
+    /// Failure domains the default rule has: hosts, or OSDs.
+    fn domains(&self) -> u32 {
+        self.per_host.map_or(self.osds, |m| self.osds / m)
+    }
+}
+
+/// A new cluster's configuration for `layout`: a free monitor port, OSD
+/// locations, and (one machine) replicas on distinct OSDs; `--store` and
+/// `--set` apply last.
+fn new_config(layout: &Layout, fresh: &Fresh) -> Result<Config> {
+    let mut config = Config::default();
+    config.set("global.mon_addr", &format!("127.0.0.1:{}", free_port()?))?;
+    if layout.per_host.is_none() {
+        config.set("mon.osd_crush_chooseleaf_type", "osd")?;
+    }
+    for id in 0..layout.osds {
+        if let Some(host) = layout.host_of(id) {
+            config.set(&format!("osd.{id}.crush_location"), &format!("host={host}"))?;
+        }
+    }
+    if let Some(store) = &fresh.store {
+        config.set("osd.store", store).context("--store")?;
+    }
+    config.set_args(&fresh.set)?;
+    Ok(config)
+}
+
 fn up(
     ctx: &Context,
-    osds: u32,
+    layout: &Layout,
     dir: &Path,
     fresh: &Fresh,
     pg_num: Option<u32>,
     timeout: Duration,
 ) -> Result<()> {
-    if osds == 0 {
-        bail!("--osds must be at least 1");
-    }
+    let osds = layout.osds;
     if let Some(pg_num) = pg_num {
         if !pg_num.is_power_of_two() {
             bail!("pg_num {pg_num} must be a power of two");
@@ -189,12 +275,7 @@ fn up(
     let dir = dir.canonicalize()?;
     let conf_path = dir.join("cairn.toml");
     if !conf_path.exists() {
-        let mut config = Config::default();
-        config.set("global.mon_addr", &format!("127.0.0.1:{}", free_port()?))?;
-        if let Some(store) = &fresh.store {
-            config.set("osd.store", store).context("--store")?;
-        }
-        config.set_args(&fresh.set)?;
+        let config = new_config(layout, fresh)?;
         std::fs::write(&conf_path, config.to_toml())?;
     }
     let config = Config::load(&conf_path)?;
@@ -224,7 +305,7 @@ fn up(
                 .with_context(|| format!("{name}: mkfs"))?;
         }
         if !running(&state, &name) {
-            let args = vec![
+            let mut args = vec![
                 "osd".into(),
                 "--conf".into(),
                 conf_arg.clone(),
@@ -233,6 +314,9 @@ fn up(
                 "--dir".into(),
                 dir.join(&name).display().to_string(),
             ];
+            if let Some(host) = layout.host_of(id) {
+                args.extend(["--crush-location".into(), format!("host={host}")]);
+            }
             state.daemons.push(spawn_daemon(&dir, &name, &args)?);
             save_state(&dir, &state)?;
         }
@@ -254,12 +338,13 @@ fn up(
         .flatten()
         .any(|p| p["name"] == "rbd");
     if !has_rbd {
-        let size = osds.min(3);
+        let size = layout.domains().min(3);
         let cmd = MonCommand::PoolCreate {
             name: "rbd".into(),
             pg_num,
             size: Some(size),
             min_size: Some(size.min(2)),
+            rule: None,
         };
         admin::mon_command(&ctx, cmd)?;
     }

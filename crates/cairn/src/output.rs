@@ -39,13 +39,13 @@ pub fn print_status(v: &Value) {
 
 pub fn print_osds(v: &Value) {
     println!(
-        "{:<6} {:<22} {:<5} {:<4} {:>7}",
-        "ID", "ADDRESS", "UP", "IN", "WEIGHT"
+        "{:<6} {:<22} {:<5} {:<4} {:>9} {:<6}",
+        "ID", "ADDRESS", "UP", "IN", "WEIGHT", "CLASS"
     );
     for osd in v.as_array().into_iter().flatten() {
         let weight = osd["weight"].as_u64().unwrap_or(0) as f64 / 65536.0;
         println!(
-            "{:<6} {:<22} {:<5} {:<4} {:>7.2}",
+            "{:<6} {:<22} {:<5} {:<4} {:>9.5} {:<6}",
             format!("osd.{}", s(&osd["id"])),
             s(&osd["addr"]),
             if osd["up"].as_bool() == Some(true) {
@@ -58,24 +58,101 @@ pub fn print_osds(v: &Value) {
             } else {
                 "out"
             },
-            weight
+            weight,
+            s(&osd["class"])
+        );
+    }
+}
+
+/// `osd tree`, like `ceph osd tree`: the hierarchy indented by depth.
+pub fn print_tree(v: &Value) {
+    println!(
+        "{:>4}  {:<6} {:>9}  {:<28} {:<7} IN",
+        "ID", "CLASS", "WEIGHT", "TYPE NAME", "STATUS"
+    );
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let depth = n["depth"].as_u64().unwrap_or(0) as usize;
+        let is_osd = n["id"].as_i64().is_some_and(|id| id >= 0);
+        let indent = "    ".repeat(depth);
+        let label = if is_osd {
+            format!("{indent}{}", s(&n["name"]))
+        } else {
+            format!("{indent}{} {}", s(&n["type"]), s(&n["name"]))
+        };
+        let (status, is_in) = if is_osd {
+            (s(&n["status"]), in_word(&n["in"]))
+        } else {
+            (String::new(), "")
+        };
+        let class = n["class"].as_str().unwrap_or("");
+        println!(
+            "{:>4}  {:<6} {:>9.5}  {:<28} {:<7} {}",
+            s(&n["id"]),
+            class,
+            n["crush_weight"].as_f64().unwrap_or(0.0),
+            label,
+            status,
+            is_in
+        );
+    }
+    for n in v["stray"].as_array().into_iter().flatten() {
+        println!(
+            "{:>4}  {:<6} {:>9}  {:<28} {:<7} {}",
+            s(&n["id"]),
+            "",
+            "-",
+            format!("{} (not in CRUSH)", s(&n["name"])),
+            s(&n["status"]),
+            in_word(&n["in"])
+        );
+    }
+}
+
+fn in_word(v: &Value) -> &'static str {
+    match v.as_bool() {
+        Some(true) => "in",
+        Some(false) => "out",
+        None => "-",
+    }
+}
+
+/// `osd crush rule ls`.
+pub fn print_rules(v: &Value) {
+    println!("{:<4} {:<20} {:<56} POOLS", "ID", "NAME", "STEPS");
+    for r in v.as_array().into_iter().flatten() {
+        let join = |key: &str| -> String {
+            let items: Vec<String> = r[key].as_array().into_iter().flatten().map(s).collect();
+            items.join("; ")
+        };
+        let pools = join("pools");
+        println!(
+            "{:<4} {:<20} {:<56} {}",
+            s(&r["id"]),
+            s(&r["name"]),
+            join("steps"),
+            if pools.is_empty() {
+                "-".into()
+            } else {
+                pools.replace("; ", ",")
+            }
         );
     }
 }
 
 pub fn print_pools(v: &Value) {
     println!(
-        "{:<4} {:<20} {:>5} {:>9} {:>7}",
+        "{:<4} {:<20} {:>5} {:>9} {:>7}  RULE",
         "ID", "NAME", "SIZE", "MIN_SIZE", "PG_NUM"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
-            "{:<4} {:<20} {:>5} {:>9} {:>7}",
+            "{:<4} {:<20} {:>5} {:>9} {:>7}  {}",
             s(&p["id"]),
             s(&p["name"]),
             s(&p["size"]),
             s(&p["min_size"]),
-            s(&p["pg_num"])
+            s(&p["pg_num"]),
+            s(&p["crush_rule"])
         );
     }
 }
@@ -103,12 +180,13 @@ pub fn describe_change(v: &Value) -> String {
     }
     if v.get("pg_num").is_some() {
         return format!(
-            "created pool {} (id {}, size {}, min_size {}, pg_num {})",
+            "created pool {} (id {}, size {}, min_size {}, pg_num {}, rule {})",
             s(&v["name"]),
             s(&v["id"]),
             s(&v["size"]),
             s(&v["min_size"]),
-            s(&v["pg_num"])
+            s(&v["pg_num"]),
+            s(&v["crush_rule"])
         );
     }
     v.to_string()

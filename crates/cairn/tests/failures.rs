@@ -681,6 +681,7 @@ fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
             pg_num: Some(8),
             size: None,
             min_size: None,
+            rule: None,
         },
     });
     let payload = &op[FRAME_HEADER_LEN..op.len() - 6];

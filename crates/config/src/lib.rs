@@ -14,6 +14,7 @@
 //! Every option is declared once (in `options.rs`) with its type, default,
 //! validation and doc; [`options`] and [`render_defaults`] derive from that.
 
+mod crush;
 mod error;
 mod options;
 mod values;
@@ -255,6 +256,13 @@ impl Config {
                 ),
             ));
         }
+        crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_crush_chooseleaf_type)
+            .map_err(|reason| invalid(origin, "mon.osd_crush_chooseleaf_type", reason))?;
+        let check_location = |key: &str, osd: &OsdConfig| {
+            crush::check_location_types(&mon.crush_bucket_types, &osd.crush_location)
+                .map_err(|reason| invalid(origin, key, reason))
+        };
+        check_location("osd.crush_location", &self.osd)?;
         let grace = mon.osd_heartbeat_grace_ms;
         let check_interval = |key: &str, osd: &OsdConfig| {
             if osd.heartbeat_interval_ms >= grace {
@@ -297,6 +305,7 @@ impl Config {
             }
             let key = format!("osd.{id}.heartbeat_interval_ms");
             check_interval(&key, &self.osd_for(*id))?;
+            check_location(&format!("osd.{id}.crush_location"), &self.osd_for(*id))?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
+use crate::crush::{bucket_types, crush_name, device_class, location, weight};
 pub(crate) use crate::values::{describe, OptValue, Raw};
 use crate::values::{
     ChecksumKind, CompressionAlgorithmKind, CompressionModeKind, IoEngineKind, Ratio, StoreKind,
@@ -275,6 +276,16 @@ section! {
         /// Replicas that must be up for a new pool's PGs to accept writes
         /// (1 to `pool_default_size`).
         pool_default_min_size: u32 = 2, check at_least_one;
+        /// CRUSH bucket types of a new cluster, lowest first, separated by
+        /// spaces; `osd` (the devices) comes below them. Must include
+        /// `host` and `root`. Read when the monitor creates the cluster.
+        crush_bucket_types: String = "host rack row datacenter root".to_string(),
+            check bucket_types;
+        /// Failure domain of a new cluster's default rule
+        /// (`replicated_rule`): replicas go to distinct items of this type
+        /// (`osd` or a bucket type; a cluster on one machine uses `osd`).
+        /// Read when the monitor creates the cluster.
+        osd_crush_chooseleaf_type: String = "host".to_string(), check crush_name;
     }
 }
 
@@ -391,6 +402,23 @@ section! {
         bluestore_rocksdb_options: String = String::new(), check any;
         /// BlueStore: how device I/O is submitted.
         bluestore_io_engine: IoEngineKind = IoEngineKind::Uring, check any;
+        /// Where the OSD is in the CRUSH hierarchy, as `type=name` pairs
+        /// separated by spaces (e.g. `host=h1 rack=r1`); buckets missing
+        /// from the map are created, and a missing `root` means
+        /// `root=default`. Empty: `host=<this machine's short name>`.
+        /// `cairn osd --crush-location` overrides it.
+        crush_location: String = String::new(), check location;
+        /// Move the OSD to `crush_location` at every start if it sits
+        /// elsewhere (off: only a new OSD is placed there).
+        crush_update_on_start: bool = true, check any;
+        /// Device class in CRUSH (e.g. hdd, ssd, nvme). Empty: detected
+        /// from the data device (rotational: hdd; nvme: nvme; otherwise
+        /// ssd), and applied only when the OSD first joins; set, it is
+        /// applied at every start.
+        crush_device_class: String = String::new(), check device_class;
+        /// CRUSH weight of a new OSD in TiB (e.g. 1.5). Empty: the data
+        /// device's size in TiB (at least a tiny nonzero weight).
+        crush_initial_weight: String = String::new(), check weight;
     }
 }
 

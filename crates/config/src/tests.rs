@@ -434,3 +434,85 @@ fn validate_catches_direct_field_changes() {
         Some("client.op_timeout_ms")
     );
 }
+
+#[test]
+fn crush_options_are_checked_against_the_bucket_types() {
+    let ok = Config::parse(
+        "[mon]\ncrush_bucket_types = \"host chassis rack root\"\n\
+         osd_crush_chooseleaf_type = \"chassis\"\n\
+         [osd]\ncrush_location = \"host=h1 chassis=c1\"\ncrush_device_class = \"nvme\"\n\
+         crush_initial_weight = \"1.5\"\n[osd.3]\ncrush_location = \"host=h3,rack=r1\"\n",
+    )
+    .unwrap();
+    assert_eq!(ok.osd_for(3).crush_location, "host=h3,rack=r1");
+    let cases = [
+        (
+            "[mon]\nosd_crush_chooseleaf_type = \"shelf\"\n",
+            "mon.osd_crush_chooseleaf_type",
+            "osd|host|rack",
+        ),
+        (
+            "[mon]\ncrush_bucket_types = \"host rack\"\n",
+            "mon.crush_bucket_types",
+            "root",
+        ),
+        (
+            "[mon]\ncrush_bucket_types = \"osd host root\"\n",
+            "mon.crush_bucket_types",
+            "device type",
+        ),
+        (
+            "[mon]\ncrush_bucket_types = \"host host root\"\n",
+            "mon.crush_bucket_types",
+            "twice",
+        ),
+        (
+            "[osd]\ncrush_location = \"host\"\n",
+            "osd.crush_location",
+            "type=name",
+        ),
+        (
+            "[osd]\ncrush_location = \"host=a host=b\"\n",
+            "osd.crush_location",
+            "twice",
+        ),
+        (
+            "[osd]\ncrush_location = \"host=a/b\"\n",
+            "osd.crush_location",
+            "A-Z",
+        ),
+        (
+            "[osd]\ncrush_location = \"shelf=s1\"\n",
+            "osd.crush_location",
+            "unknown bucket type \"shelf\"",
+        ),
+        (
+            "[osd.2]\ncrush_location = \"shelf=s1\"\n",
+            "osd.2.crush_location",
+            "unknown bucket type",
+        ),
+        (
+            "[osd]\ncrush_device_class = \"fast disk\"\n",
+            "osd.crush_device_class",
+            "A-Z",
+        ),
+        (
+            "[osd]\ncrush_initial_weight = \"-1\"\n",
+            "osd.crush_initial_weight",
+            "TiB",
+        ),
+        (
+            "[osd]\ncrush_initial_weight = \"70000\"\n",
+            "osd.crush_initial_weight",
+            "65536",
+        ),
+    ];
+    for (text, key, words) in cases {
+        let e = err(text);
+        assert!(e.contains(key) && e.contains(words), "{text}: {e}");
+    }
+    // The failure domain may be osd, as a cluster on one machine needs.
+    let mut config = Config::default();
+    config.set("mon.osd_crush_chooseleaf_type", "osd").unwrap();
+    assert!(set_err("osd.crush_location", "rack=r1 row").contains("type=name"));
+}

@@ -118,15 +118,19 @@ impl ClusterMap {
     /// Did anything that placement or interval identity depends on change
     /// between `prev` and this map? (`up_thru`, `lost_at` and the history
     /// itself do not start intervals.) Anything new that placement reads
-    /// must be compared here.
+    /// must be compared here (the CRUSH map holds every OSD's position,
+    /// weight and class, and the rules).
     fn placement_changed(&self, prev: &ClusterMap) -> bool {
-        let osd_key = |m: &ClusterMap| -> Vec<(OsdId, bool, bool, u32, Epoch)> {
+        let osd_key = |m: &ClusterMap| -> Vec<(OsdId, bool, bool, Epoch)> {
             m.osds
                 .values()
-                .map(|o| (o.id, o.up, o.is_in, o.weight, o.up_from))
+                .map(|o| (o.id, o.up, o.is_in, o.up_from))
                 .collect()
         };
-        self.pools != prev.pools || self.pg_temp != prev.pg_temp || osd_key(self) != osd_key(prev)
+        self.pools != prev.pools
+            || self.pg_temp != prev.pg_temp
+            || osd_key(self) != osd_key(prev)
+            || self.crush != prev.crush
     }
 
     /// The primary of `pg` reports it recovered in the interval that started

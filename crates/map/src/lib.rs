@@ -1,29 +1,39 @@
 //! The cluster map: the one versioned description of the cluster that every
-//! daemon and client shares — OSDs (address, up/down, in/out, weight,
-//! up_thru, lost), pools (size, min_size, pg_num), PG overrides (`pg_temp`)
-//! and the PGs' past intervals ([`history`]) — and the placement computed
-//! from it alone.
+//! daemon and client shares — OSDs (address, up/down, in/out, up_thru,
+//! lost), the CRUSH hierarchy and rules ([`crush`]: where each OSD sits, its
+//! weight and class), pools (size, min_size, pg_num, CRUSH rule), PG
+//! overrides (`pg_temp`) and the PGs' past intervals ([`history`]) — and the
+//! placement computed from it alone.
 //!
 //! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
 //! change. Everyone else holds an immutable copy and computes, for any object,
 //! its PG ([`ClusterMap::object_pg`]) and, for any PG, its *up* set (the
 //! placement's OSDs that are up, [`ClusterMap::up`]) and its *acting* set
 //! (who serves it: the up set, or a `pg_temp` override while the up set's
-//! members are being backfilled, [`ClusterMap::acting`]). This crate must
-//! never do I/O.
+//! members are being backfilled, [`ClusterMap::acting`]). A PG's raw
+//! placement is its pool's CRUSH rule evaluated over the `in` OSDs; it is
+//! memoized per map ([`cache`]), since maps never change once published.
+//! This crate must never do I/O.
 
+mod cache;
+mod hierarchy;
 pub mod history;
+#[cfg(test)]
+mod timing;
 
+pub use cairn_crush as crush;
 pub use history::{PastInterval, PgHistory};
 
 use std::collections::BTreeMap;
 
-use cairn_placement::{pg_placement_seed, pg_seed, straw2_select, Candidate};
+use cache::PlacementCache;
+use cairn_crush::{CrushError, CrushMap, RuleId};
+use cairn_placement::{pg_placement_seed, pg_seed};
 use cairn_types::{Epoch, OsdId, PgId, PoolId};
 use serde::{Deserialize, Serialize};
 
-/// Weight 1.0 in the 16.16 fixed point that placement uses.
-pub const WEIGHT_ONE: u32 = 0x10000;
+/// Weight 1.0 (one TiB) in the 16.16 fixed point that placement uses.
+pub const WEIGHT_ONE: u32 = cairn_crush::WEIGHT_ONE;
 
 /// Largest pg_num a pool may have.
 pub const MAX_PG_NUM: u32 = 1 << 16;
@@ -37,10 +47,9 @@ pub struct OsdInfo {
     /// Where the OSD serves clients and peers; set at boot.
     pub addr: String,
     pub up: bool,
-    /// `in` OSDs take part in placement; `out` ones get no PGs.
+    /// `in` OSDs take part in placement; `out` ones get no PGs. (How much
+    /// data an `in` OSD gets is its CRUSH weight, in [`ClusterMap::crush`].)
     pub is_in: bool,
-    /// Placement weight, 16.16 fixed point.
-    pub weight: u32,
     /// Epoch of the OSD's latest boot: a restart is a new incarnation even if
     /// no map in between showed it down.
     pub up_from: Epoch,
@@ -67,6 +76,9 @@ pub struct Pool {
     pub min_size: u32,
     pub pg_num: u32,
     pub created: Epoch,
+    /// The CRUSH rule placing its PGs.
+    #[serde(default)]
+    pub rule: RuleId,
 }
 
 impl Pool {
@@ -105,6 +117,8 @@ pub enum MapError {
     NoSuchPool(String),
     #[error("osd.{0} does not exist")]
     NoSuchOsd(OsdId),
+    #[error(transparent)]
+    Crush(#[from] CrushError),
 }
 
 /// The acting set of a PG under one map: the OSDs that serve it, in order;
@@ -174,10 +188,26 @@ pub struct ClusterMap {
     /// Past intervals of every PG that changed interval since it was last
     /// recovered; see [`history`].
     pub pg_history: BTreeMap<PgId, PgHistory>,
+    /// The CRUSH hierarchy and rules. Changed only through methods that
+    /// also forget `placements`.
+    crush: CrushMap,
+    /// Raw placements computed so far; empty in a clone, never serialized,
+    /// never compared. Every method that changes what
+    /// [`ClusterMap::raw_placement`] reads (pools, `is_in`, CRUSH) clears it.
+    #[serde(skip)]
+    placements: PlacementCache,
 }
 
 impl ClusterMap {
+    /// A new map whose default rule puts replicas on distinct OSDs (the
+    /// failure domain of a cluster on one machine); the monitor makes its
+    /// maps with [`ClusterMap::with_crush`] and its configured hierarchy.
     pub fn new(fsid: String) -> Self {
+        Self::with_crush(fsid, CrushMap::single_machine())
+    }
+
+    /// A new map with the CRUSH map `crush` (no OSDs in it yet).
+    pub fn with_crush(fsid: String, crush: CrushMap) -> Self {
         Self {
             fsid,
             epoch: 1,
@@ -186,6 +216,8 @@ impl ClusterMap {
             next_pool_id: 1,
             pg_temp: BTreeMap::new(),
             pg_history: BTreeMap::new(),
+            crush,
+            placements: PlacementCache::default(),
         }
     }
 
@@ -211,34 +243,20 @@ impl ClusterMap {
         PgId::new(pool.id, pg_seed(object, pool.pg_num))
     }
 
-    /// Placement ignoring up/down: `size` distinct `in` OSDs, in order.
+    /// Placement ignoring up/down: the pool's CRUSH rule over the `in` OSDs
+    /// (at most `size` distinct OSDs in distinct failure domains, in order).
     pub fn raw_placement(&self, pg: PgId) -> Vec<OsdId> {
         let Some(pool) = self.pools.get(&pg.pool) else {
             return Vec::new();
         };
-        let candidates: Vec<Candidate> = self
-            .osds
-            .values()
-            .filter(|o| o.is_in && o.weight > 0)
-            .map(|o| Candidate {
-                id: o.id,
-                weight: o.weight,
-            })
-            .collect();
-        let placed = straw2_select(
-            pg_placement_seed(pg.pool, pg.seed),
-            &candidates,
-            pool.size as usize,
-        );
-        debug_assert!(
-            {
-                let mut sorted = placed.clone();
-                sorted.sort_unstable();
-                sorted.windows(2).all(|w| w[0] != w[1])
-            },
-            "placement returned a duplicate OSD for {pg}"
-        );
-        placed
+        self.placements.get_or_compute(&self.pools, pg, || {
+            self.crush.map_rule(
+                pool.rule,
+                pg_placement_seed(pg.pool, pg.seed),
+                pool.size as usize,
+                |osd| self.osds.get(&osd).is_some_and(|o| o.is_in),
+            )
+        })
     }
 
     /// The up set: the raw placement without the OSDs that are down.
@@ -312,23 +330,16 @@ impl ClusterMap {
 
     // ----- mutations (monitor only); each returns whether the map changed -----
 
-    /// Record an OSD's boot at `addr`; adds it (in, weight 1.0) if new.
+    /// Record a boot from an OSD that states no CRUSH location: a new OSD is
+    /// added (in) and, if not in the CRUSH map yet, placed under
+    /// `host=localhost root=default` with CRUSH weight `weight`.
     pub fn osd_boot(&mut self, id: OsdId, addr: String, weight: u32) {
-        let next = self.epoch + 1;
-        let info = self.osds.entry(id).or_insert_with(|| OsdInfo {
-            id,
-            addr: String::new(),
-            up: false,
-            is_in: true,
-            weight,
-            up_from: 0,
-            down_at: 0,
-            up_thru: 0,
-            lost_at: 0,
-        });
-        info.addr = addr;
-        info.up = true;
-        info.up_from = next;
+        let report = cairn_crush::DeviceReport::unlocated(weight);
+        let result = self.osd_boot_with(id, addr, &report);
+        debug_assert!(
+            result.is_ok(),
+            "the default location was refused: {result:?}"
+        );
     }
 
     /// Record that `osd` was alive through `epoch` (it is about to serve as
@@ -402,9 +413,12 @@ impl ClusterMap {
         let info = self.osds.get_mut(&id).ok_or(MapError::NoSuchOsd(id))?;
         let changed = info.is_in != is_in;
         info.is_in = is_in;
+        self.placements.clear();
         Ok(changed)
     }
 
+    /// Create a pool placed by the default rule; see
+    /// [`ClusterMap::create_pool_with_rule`].
     pub fn create_pool(
         &mut self,
         name: &str,
@@ -412,11 +426,30 @@ impl ClusterMap {
         min_size: u32,
         pg_num: u32,
     ) -> Result<PoolId, MapError> {
+        self.create_pool_with_rule(name, size, min_size, pg_num, None)
+    }
+
+    /// Create a pool placed by CRUSH rule `rule` (default:
+    /// `replicated_rule`). Refused if the rule cannot place `size` replicas
+    /// on the `in` OSDs now, with the reason.
+    pub fn create_pool_with_rule(
+        &mut self,
+        name: &str,
+        size: u32,
+        min_size: u32,
+        pg_num: u32,
+        rule: Option<&str>,
+    ) -> Result<PoolId, MapError> {
         validate_pool_name(name)?;
         Pool::validate_params(size, min_size, pg_num)?;
         if self.pool_by_name(name).is_some() {
             return Err(MapError::PoolExists(name.to_string()));
         }
+        let rule = self
+            .crush
+            .rule_by_name(rule.unwrap_or(cairn_crush::DEFAULT_RULE))?
+            .id;
+        self.check_rule(rule, size)?;
         let id = self.next_pool_id;
         self.next_pool_id += 1;
         let pool = Pool {
@@ -426,8 +459,10 @@ impl ClusterMap {
             min_size,
             pg_num,
             created: self.epoch + 1,
+            rule,
         };
         self.pools.insert(id, pool);
+        self.placements.clear();
         Ok(id)
     }
 
@@ -437,6 +472,7 @@ impl ClusterMap {
             .ok_or_else(|| MapError::NoSuchPool(name.into()))?
             .id;
         self.pools.remove(&id);
+        self.placements.clear();
         self.pg_temp.retain(|pg, _| pg.pool != id);
         self.pg_history.retain(|pg, _| pg.pool != id);
         Ok(id)

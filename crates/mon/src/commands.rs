@@ -1,5 +1,6 @@
 //! Administrative commands: each returns JSON on success or one line of
-//! error text; a failed command changes nothing.
+//! error text; a failed command changes nothing. CRUSH commands are in
+//! `crush_commands`.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +17,13 @@ impl Monitor {
         let value: Result<Value, String> = match cmd {
             MonCommand::Status => Ok(status(&st.map, &st.pg_stats)),
             MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
-            MonCommand::OsdLs => Ok(json!(st.map.osds.values().collect::<Vec<_>>())),
-            MonCommand::PoolLs => Ok(json!(st.map.pools.values().collect::<Vec<_>>())),
+            MonCommand::OsdLs => Ok(crate::crush_commands::osd_list(&st.map)),
+            MonCommand::PoolLs => Ok(json!(st
+                .map
+                .pools
+                .values()
+                .map(|p| crate::crush_commands::pool_json(&st.map, p))
+                .collect::<Vec<_>>())),
             MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
             MonCommand::PgQuery { pg } => pg_query(&st.map, pg, st.pg_stats.get(&pg)),
             MonCommand::OsdLost { id } => self.update(&mut st, |map| match map.mark_lost(id) {
@@ -45,17 +51,24 @@ impl Monitor {
                 pg_num,
                 size,
                 min_size,
+                rule,
             } => {
                 let size = size.unwrap_or(self.opts.pool_default_size);
                 let min_size = min_size.unwrap_or(self.opts.pool_default_min_size.min(size.max(1)));
                 let pg_num = pg_num.unwrap_or(self.opts.pool_default_pg_num);
                 self.update(&mut st, |map| {
-                    match map.create_pool(&name, size, min_size, pg_num) {
-                        Ok(id) => (true, Ok(json!(map.pools[&id]))),
+                    match map.create_pool_with_rule(&name, size, min_size, pg_num, rule.as_deref())
+                    {
+                        Ok(id) => (
+                            true,
+                            Ok(crate::crush_commands::pool_json(map, &map.pools[&id])),
+                        ),
                         Err(e) => (false, Err(e.to_string())),
                     }
                 })?
             }
+            MonCommand::OsdTree => Ok(crate::crush_commands::osd_tree(&st.map)),
+            MonCommand::OsdCrush(cmd) => self.crush_command(&mut st, cmd)?,
             MonCommand::PoolRm { name } => {
                 self.update(&mut st, |map| match map.remove_pool(&name) {
                     Ok(id) => (true, Ok(json!({ "removed": name, "id": id }))),
@@ -86,6 +99,14 @@ pub(crate) fn pg_state(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Str
 
 fn has_word(state: &str, word: &str) -> bool {
     state.split('+').any(|w| w == word)
+}
+
+/// Is `pg` served by fewer OSDs than its pool's size (too few up, or CRUSH
+/// cannot find enough failure domains)? Known from the map alone, before
+/// any primary reports.
+fn is_undersized(map: &ClusterMap, pg: PgId) -> bool {
+    map.pool(pg.pool)
+        .is_some_and(|p| (map.acting(pg).osds.len() as u32) < p.size)
 }
 
 fn pg_list(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Vec<Value> {
@@ -140,9 +161,11 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
     let mut objects = 0;
     let (mut degraded, mut unfound) = (0, 0);
     let (mut recovered_objects, mut backfilled_objects, mut recovery_bytes) = (0, 0, 0);
+    let mut undersized = 0u64;
     for pg in map.all_pgs() {
         let stat = stats.get(&pg);
         *by_state.entry(pg_state(map, pg, stat)).or_default() += 1;
+        undersized += u64::from(is_undersized(map, pg));
         if let Some(s) = stat {
             objects += s.objects;
             degraded += s.degraded;
@@ -173,7 +196,6 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
         ("incomplete", "incomplete"),
         ("peering", "peering"),
         ("peered", "peered but below min_size (I/O blocked)"),
-        ("undersized", "undersized"),
         ("degraded", "degraded"),
         ("backfilling", "backfilling"),
         ("recovering", "recovering"),
@@ -182,6 +204,16 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
         if n > 0 {
             warnings.push(format!("{n} pgs {what}"));
         }
+    }
+    // From the map: a PG with fewer OSDs than its size, reported or not.
+    if undersized > 0 {
+        warnings.push(format!("{undersized} pgs undersized"));
+    }
+    let outside_crush = map.osds_outside_crush().count();
+    if outside_crush > 0 {
+        warnings.push(format!(
+            "{outside_crush} osds not in the CRUSH map (they get no data)"
+        ));
     }
     if unfound > 0 {
         warnings.push(format!("{unfound} objects unfound"));
@@ -195,7 +227,7 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
         "health": if warnings.is_empty() { "HEALTH_OK".to_string() } else { format!("HEALTH_WARN: {}", warnings.join("; ")) },
         "osds": { "total": map.osds.len(), "up": osds_up, "in": osds_in },
         "pools": map.pools.len(),
-        "pgs": { "total": total_pgs, "active": active, "clean": clean, "by_state": by_state },
+        "pgs": { "total": total_pgs, "active": active, "clean": clean, "undersized": undersized, "by_state": by_state },
         "objects": objects,
         "degraded_objects": degraded,
         "unfound_objects": unfound,

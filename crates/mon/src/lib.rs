@@ -10,13 +10,15 @@
 //! [`store::MapStore`] without changing the map model.
 
 mod commands;
+mod crush_commands;
 pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_map::{ClusterMap, WEIGHT_ONE};
+use cairn_map::crush::{CrushError, CrushMap};
+use cairn_map::ClusterMap;
 use cairn_types::{OsdId, PgId};
 use cairn_wire::{Connection, Message, PgStat, Sender, WireError};
 use parking_lot::Mutex;
@@ -34,6 +36,10 @@ pub struct MonOptions {
     pub pool_default_pg_num: u32,
     pub pool_default_size: u32,
     pub pool_default_min_size: u32,
+    /// CRUSH bucket types of a new cluster, lowest first (above `osd`).
+    pub crush_bucket_types: Vec<String>,
+    /// Failure domain of a new cluster's default rule.
+    pub crush_chooseleaf_type: String,
 }
 
 impl Default for MonOptions {
@@ -45,6 +51,11 @@ impl Default for MonOptions {
             pool_default_pg_num: 32,
             pool_default_size: 3,
             pool_default_min_size: 2,
+            crush_bucket_types: cairn_map::crush::DEFAULT_BUCKET_TYPES
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
+            crush_chooseleaf_type: "host".into(),
         }
     }
 }
@@ -58,6 +69,8 @@ pub enum MonError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("cannot make the new cluster's CRUSH map: {0}")]
+    Crush(#[from] CrushError),
 }
 
 pub struct Monitor {
@@ -97,7 +110,10 @@ impl Monitor {
         let map = match latest {
             Some(map) => map,
             None => {
-                let map = ClusterMap::new(format!("{:032x}", rand::random::<u128>()));
+                let crush =
+                    CrushMap::new_cluster(&opts.crush_bucket_types, &opts.crush_chooseleaf_type)?;
+                let fsid = format!("{:032x}", rand::random::<u128>());
+                let map = ClusterMap::with_crush(fsid, crush);
                 store.append(&map)?;
                 map
             }
@@ -233,7 +249,12 @@ impl Monitor {
         booted: &mut Option<OsdId>,
     ) -> Result<(), MonStoreError> {
         match msg {
-            Message::OsdBoot { id, addr, fsid } => {
+            Message::OsdBoot {
+                id,
+                addr,
+                fsid,
+                crush,
+            } => {
                 let mut st = self.state.lock();
                 if fsid != st.map.fsid {
                     tracing::error!("osd.{id} belongs to cluster {fsid}, not {}", st.map.fsid);
@@ -248,11 +269,13 @@ impl Monitor {
                 );
                 st.down_since.remove(&id);
                 *booted = Some(id);
-                tracing::info!("osd.{id} booted at {addr}");
-                self.update(&mut st, |map| {
-                    map.osd_boot(id, addr, WEIGHT_ONE);
-                    (true, ())
+                tracing::info!("osd.{id} booted at {addr} ({})", crush.location);
+                let refused = self.update(&mut st, |map| {
+                    (true, map.osd_boot_with(id, addr, &crush).err())
                 })?;
+                if let Some(e) = refused {
+                    tracing::error!("osd.{id}: CRUSH location not applied: {e}");
+                }
             }
             Message::OsdHeartbeat { id, pgs, .. } => {
                 let mut st = self.state.lock();

@@ -33,6 +33,10 @@
 //!    collide, one final draw over the not-yet-chosen candidates decides, so
 //!    the result always has `min(n, distinct nonzero-weight OSDs)` entries.
 //!
+//! [`straw2_draw`] is the same draw over any weighted items, one at a time:
+//! the CRUSH hierarchy (crate `cairn-crush`) runs it at every level of its
+//! tree, over buckets and then devices.
+//!
 //! The logarithm is computed in fixed point (see the `straw2` module): a
 //! 1025-entry table of `log2(1 + i/1024)` built at compile time with integer
 //! arithmetic, plus linear interpolation. `ln` and `log2` differ by a constant
@@ -47,7 +51,7 @@ mod straw2;
 mod tests;
 
 pub use cairn_types::OsdId;
-pub use straw2::{straw2_select, Candidate, MAX_DRAWS_PER_REPLICA};
+pub use straw2::{straw2_draw, straw2_select, Candidate, MAX_DRAWS_PER_REPLICA, RETRY_STRIDE};
 
 use hash::{hash_words, murmur3_32};
 

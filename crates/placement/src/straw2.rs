@@ -16,8 +16,8 @@ pub const MAX_DRAWS_PER_REPLICA: u32 = 50;
 /// Distance between the draw numbers `r'` of successive retries of a replica:
 /// draw `t` of replica `r` uses `r' = r + t * RETRY_STRIDE`, so retries never
 /// reuse another replica's draw and the result for `n` replicas is a prefix of
-/// the result for `n + 1`.
-const RETRY_STRIDE: u32 = 1 << 16;
+/// the result for `n + 1`. CRUSH rules retry the same way.
+pub const RETRY_STRIDE: u32 = 1 << 16;
 
 /// Fractional bits of the fixed-point logarithms below.
 pub(crate) const FRAC_BITS: u32 = 32;
@@ -104,18 +104,20 @@ impl Candidate {
 }
 
 /// One candidate's straw in a draw: the winner has the smallest
-/// `neg_log / weight` (that is, the largest `ln(u) / weight`).
+/// `neg_log / weight` (that is, the largest `ln(u) / weight`). `id` is the
+/// candidate's hash key, which also breaks ties.
 #[derive(Clone, Copy)]
 struct Straw {
     neg_log: u64,
-    weight: u32,
-    id: OsdId,
+    weight: u64,
+    id: u32,
 }
 
 impl Straw {
     /// Whether `self` beats `other`: exact rational comparison of
     /// `neg_log / weight`, ties to the lower id. A strict total order on
     /// (ratio, id), so the winner does not depend on the candidates' order.
+    /// `neg_log < 2^38` and weights below `2^64` keep the products in `u128`.
     #[inline]
     fn beats(&self, other: &Straw) -> bool {
         let lhs = u128::from(self.neg_log) * u128::from(other.weight);
@@ -134,7 +136,7 @@ fn draw(x: u32, candidates: &[Candidate], r: u32, skip: impl Fn(OsdId) -> bool) 
         }
         let straw = Straw {
             neg_log: neg_log2_unit(hash_words(&[x, c.id, r], STRAW_SALT)),
-            weight: c.weight,
+            weight: u64::from(c.weight),
             id: c.id,
         };
         let better = match &best {
@@ -182,4 +184,33 @@ pub fn straw2_select(x: u32, candidates: &[Candidate], n: usize) -> Vec<OsdId> {
         }
     }
     chosen
+}
+
+/// One straw2 draw, number `r` for input `x`, among weighted items at any
+/// level of a hierarchy: `items` yields `(key, weight)` pairs, where `key`
+/// is the item's identity in the hash (an OSD id, or a bucket id as its
+/// two's-complement `u32`). Returns the index (in `items` order) of the
+/// winner among the items of nonzero weight, `None` if there is none.
+///
+/// Each item's straw depends only on `(x, key, r)` and its weight, exactly
+/// as in [`straw2_select`], so the winner does not depend on the order of
+/// `items` (ties go to the lower key), and changing one item's weight only
+/// moves wins to or from that item. Weights are relative; a bucket's weight
+/// is the sum of its items', which needs the 64 bits.
+pub fn straw2_draw(x: u32, r: u32, items: impl IntoIterator<Item = (u32, u64)>) -> Option<usize> {
+    let mut best: Option<(usize, Straw)> = None;
+    for (index, (key, weight)) in items.into_iter().enumerate() {
+        if weight == 0 {
+            continue;
+        }
+        let straw = Straw {
+            neg_log: neg_log2_unit(hash_words(&[x, key, r], STRAW_SALT)),
+            weight,
+            id: key,
+        };
+        if best.as_ref().is_none_or(|(_, b)| straw.beats(b)) {
+            best = Some((index, straw));
+        }
+    }
+    best.map(|(index, _)| index)
 }

@@ -429,3 +429,33 @@ fn straw2_weight_zero_is_never_chosen_and_reweight_moves_little() {
         }
     }
 }
+
+#[test]
+fn straw2_draw_agrees_with_select_and_ignores_order() {
+    let osds: Vec<Candidate> = (0..9)
+        .map(|id| Candidate::new(id * 2, ONE * (1 + id % 4)))
+        .collect();
+    let items: Vec<(u32, u64)> = osds.iter().map(|c| (c.id, u64::from(c.weight))).collect();
+    for (k, x) in inputs(2000).enumerate() {
+        // The first replica of straw2_select is draw 0.
+        let winner = straw2_draw(x, 0, items.iter().copied()).map(|i| items[i].0);
+        assert_eq!(winner, straw2_select(x, &osds, 1).first().copied());
+        let shuffled_items = shuffled(&items, k as u64);
+        let again = straw2_draw(x, 7, shuffled_items.iter().copied()).map(|i| shuffled_items[i].0);
+        assert_eq!(
+            again,
+            straw2_draw(x, 7, items.iter().copied()).map(|i| items[i].0)
+        );
+    }
+    assert_eq!(straw2_draw(1, 0, [(5, 0), (6, 0)]), None);
+    assert_eq!(straw2_draw(1, 0, std::iter::empty()), None);
+    // Weights beyond 32 bits (bucket sums) compare exactly.
+    let big = [(1u32, 3u64 << 40), (2, 1u64 << 40)];
+    let wins = inputs(4000)
+        .filter(|&x| straw2_draw(x, 0, big) == Some(0))
+        .count();
+    assert!(
+        (2800..3200).contains(&wins),
+        "{wins} of 4000 for weight 3:1"
+    );
+}

@@ -8,6 +8,7 @@
 //!   the monitor (`up_thru`, `pg_temp`).
 
 use bytes::Bytes;
+use cairn_map::crush::DeviceReport;
 use cairn_map::ClusterMap;
 use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
 
@@ -33,6 +34,8 @@ pub enum Message {
         id: OsdId,
         addr: String,
         fsid: String,
+        /// Where the OSD is in the CRUSH hierarchy, its device class and size.
+        crush: DeviceReport,
     },
     /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is primary for.
     OsdHeartbeat {
@@ -118,6 +121,8 @@ pub enum MonCommand {
         pg_num: Option<u32>,
         size: Option<u32>,
         min_size: Option<u32>,
+        /// CRUSH rule name (default `replicated_rule`).
+        rule: Option<String>,
     },
     PoolRm {
         name: String,
@@ -132,6 +137,44 @@ pub enum MonCommand {
     OsdLost {
         id: OsdId,
     },
+    /// The CRUSH hierarchy with each OSD's state (`cairn osd tree`).
+    OsdTree,
+    /// `cairn osd crush ...`.
+    OsdCrush(CrushCommand),
+}
+
+/// Changes to, and listings of, the CRUSH map. Names are bucket names or
+/// `osd.N`; locations are `type=name` pairs separated by spaces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CrushCommand {
+    AddBucket {
+        name: String,
+        type_name: String,
+        location: String,
+    },
+    Move {
+        name: String,
+        location: String,
+    },
+    Rm {
+        name: String,
+    },
+    /// `weight` in TiB as a decimal, e.g. `1.5`.
+    Reweight {
+        name: String,
+        weight: String,
+    },
+    SetDeviceClass {
+        class: String,
+        names: Vec<String>,
+    },
+    RuleCreateReplicated {
+        name: String,
+        root: String,
+        failure_domain: String,
+        class: Option<String>,
+    },
+    RuleLs,
 }
 
 /// One client operation on one object: a list of sub-ops applied atomically.

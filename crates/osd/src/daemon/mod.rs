@@ -38,6 +38,8 @@ pub struct OsdOptions {
     /// File holding the cluster fsid this OSD belongs to (written at first boot).
     pub fsid_file: Option<std::path::PathBuf>,
     pub core: CoreOptions,
+    /// Sent with every boot: CRUSH location, device class and size.
+    pub crush: cairn_map::crush::DeviceReport,
 }
 
 #[derive(Debug, thiserror::Error)]

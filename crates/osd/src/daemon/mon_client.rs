@@ -66,6 +66,7 @@ impl Osd {
             id: self.id(),
             addr: self.addr.to_string(),
             fsid,
+            crush: self.opts.crush.clone(),
         };
         conn.sender.send(boot.clone());
         *self.mon.lock() = Some(conn.sender.clone());
