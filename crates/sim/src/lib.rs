@@ -136,7 +136,7 @@ pub struct Sim {
 impl Sim {
     /// A cluster of `cfg.osds` OSDs booting, with pool `rbd` and clients.
     pub fn new(cfg: SimConfig) -> Sim {
-        let mon = SimMon::new(cfg.size, cfg.min_size, cfg.pg_num);
+        let mon = SimMon::new(cfg.osds, cfg.size, cfg.min_size, cfg.pg_num);
         let map = mon.map.clone();
         let clients = (0..cfg.clients)
             .map(|c| SimClient::new(c, cfg.objects_per_client, map.clone()))

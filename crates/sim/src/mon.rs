@@ -36,8 +36,14 @@ pub struct SimMon {
 }
 
 impl SimMon {
-    pub fn new(size: u32, min_size: u32, pg_num: u32) -> Self {
+    /// A map with `osds` OSDs (known, in, down until they boot) and pool
+    /// `rbd`.
+    pub fn new(osds: u32, size: u32, min_size: u32, pg_num: u32) -> Self {
         let mut map = ClusterMap::new("sim".into());
+        for id in 0..osds {
+            map.osd_boot(id, format!("sim:{id}"), WEIGHT_ONE);
+            map.mark_down(id);
+        }
         map.create_pool("rbd", size, min_size, pg_num)
             .unwrap_or_else(|e| panic!("bad simulation pool: {e}"));
         map.epoch = 2;
