@@ -44,6 +44,12 @@ pub enum PoolCmd {
 pub enum PgCmd {
     /// List every PG with its state and acting set.
     Ls,
+    /// One PG in detail: state, up and acting sets, past intervals, and
+    /// which OSDs it waits for.
+    Query {
+        /// The PG, as POOL.SEED in hex (e.g. 1.1f).
+        pgid: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -210,14 +216,33 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
 }
 
 pub fn pg(ctx: &Context, cmd: PgCmd) -> Result<()> {
-    let PgCmd::Ls = cmd;
-    let value = mon_command(ctx, MonCommand::PgLs)?;
-    if ctx.json {
-        println!("{value}");
-    } else {
-        output::print_pgs(&value);
+    match cmd {
+        PgCmd::Ls => {
+            let value = mon_command(ctx, MonCommand::PgLs)?;
+            if ctx.json {
+                println!("{value}");
+            } else {
+                output::print_pgs(&value);
+            }
+        }
+        PgCmd::Query { pgid } => {
+            let pg = pgid_arg(&pgid)?;
+            let value = mon_command(ctx, MonCommand::PgQuery { pg })?;
+            if ctx.json {
+                println!("{value}");
+            } else {
+                output::print_pg_query(&value);
+            }
+        }
     }
     Ok(())
+}
+
+/// Parse a PG id given on the command line.
+pub fn pgid_arg(text: &str) -> Result<cairn_types::PgId> {
+    text.parse().map_err(|_| {
+        anyhow::anyhow!("invalid PG id '{text}': use POOL.SEED with SEED in hex, e.g. 1.1f")
+    })
 }
 
 pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {

@@ -377,8 +377,15 @@ impl Pg {
     pub(crate) fn advance_map(&mut self, ctx: &mut Ctx<'_>, contiguous: bool) {
         let mapping = ctx.map.mapping(self.id);
         if contiguous && mapping == self.mapping {
-            if matches!(self.phase, Phase::WaitUpThru) {
-                self.check_up_thru(ctx);
+            match &self.phase {
+                Phase::WaitUpThru => self.check_up_thru(ctx),
+                // An OSD it waits for was declared lost: peer again.
+                Phase::Down { blocked_by, .. }
+                    if blocked_by.iter().any(|&o| ctx.map.lost_since(o, 0)) =>
+                {
+                    self.restart_peering(ctx)
+                }
+                _ => {}
             }
             return;
         }

@@ -263,7 +263,7 @@ impl Pg {
             .collect();
         let had_writes = ctx.map.rw_intervals(self.id).next().is_some();
         if usable.is_empty() && (had_writes || heard.values().any(|h| h.damaged.is_some())) {
-            let reason = "no member heard from holds a complete copy".to_string();
+            let reason = "no OSD heard from holds a complete copy: every OSD that held one is down or lost; bring one back".to_string();
             tracing::warn!("pg {}: incomplete: {reason}", self.id);
             self.phase = Phase::Incomplete { reason };
             self.retry_at = ctx.now() + ctx.opts.peering_retry * 10;
