@@ -209,7 +209,13 @@ fn qemu_io(uri: &str, commands: &[&str]) -> String {
         command.args(["-c", c]);
     }
     let mut child = command
-        .env("PATH", format!("/usr/bin:/bin:{}", std::env::var("PATH").unwrap_or_default()))
+        .env(
+            "PATH",
+            format!(
+                "/usr/bin:/bin:{}",
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -247,9 +253,13 @@ async fn fill_to_full_then_remove_data_and_write_again() {
     let keep = within("open keep", OP_WAIT, Image::open(&client, "rbd", "keep"))
         .await
         .expect("open keep");
-    let filler = within("open filler", OP_WAIT, Image::open(&client, "rbd", "filler"))
-        .await
-        .expect("open filler");
+    let filler = within(
+        "open filler",
+        OP_WAIT,
+        Image::open(&client, "rbd", "filler"),
+    )
+    .await
+    .expect("open filler");
     let mut model = write_keep(&keep, 1).await;
 
     // Fill until a write fails: with a no-space error, in bounded time.
@@ -277,9 +287,18 @@ async fn fill_to_full_then_remove_data_and_write_again() {
     // acknowledged work.
     for attempt in 0..3 {
         let t = Instant::now();
-        let result = within("write at full", OP_WAIT, keep.write(0, Bytes::from(vec![7u8; 4096]))).await;
+        let result = within(
+            "write at full",
+            OP_WAIT,
+            keep.write(0, Bytes::from(vec![7u8; 4096])),
+        )
+        .await;
         assert_eq!(result, Err(VolumeError::NoSpace), "attempt {attempt}");
-        assert!(t.elapsed() < Duration::from_secs(5), "refusal took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "refusal took {:?}",
+            t.elapsed()
+        );
     }
     assert_reads_back(&keep, 0, &model, "keep at full").await;
     for &chunk in &acked {
@@ -306,10 +325,24 @@ async fn fill_to_full_then_remove_data_and_write_again() {
     let err = cluster.fails(&["image", "create", "rbd/more", "--size", "1M"]);
     assert!(err.contains("no space left"), "{err}");
     let err = cluster.fails(&[
-        "bench", "--image", "rbd/keep", "--rw", "write", "--bs", "4k", "--iodepth", "1",
-        "--runtime", "2", "--ramp", "0",
+        "bench",
+        "--image",
+        "rbd/keep",
+        "--rw",
+        "write",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "1",
+        "--runtime",
+        "2",
+        "--ramp",
+        "0",
     ]);
-    assert!(err.contains("no space left") && err.contains("full"), "{err}");
+    assert!(
+        err.contains("no space left") && err.contains("full"),
+        "{err}"
+    );
 
     // Removing an image works at full and brings the OSDs below the ratios.
     cluster.ok(&["image", "rm", "rbd/filler"]);
@@ -319,9 +352,13 @@ async fn fill_to_full_then_remove_data_and_write_again() {
 
     // Writes work again, through the library and NBD.
     let again = pattern(2, 4 * MIB as usize);
-    within("write after", OP_WAIT, keep.write(4 * MIB, Bytes::from(again.clone())))
-        .await
-        .expect("write after removing data");
+    within(
+        "write after",
+        OP_WAIT,
+        keep.write(4 * MIB, Bytes::from(again.clone())),
+    )
+    .await
+    .expect("write after removing data");
     model[4 * MIB as usize..8 * MIB as usize].copy_from_slice(&again);
     {
         let gateway = Gateway::start(&cluster, "keep");

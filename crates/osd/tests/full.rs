@@ -117,7 +117,8 @@ impl Harness {
             self.map.epoch = prev.epoch + 1;
             self.map.advance_history(&prev);
         }
-        self.core.handle_map(Arc::new(self.map.clone()), &mut self.io);
+        self.core
+            .handle_map(Arc::new(self.map.clone()), &mut self.io);
         self.pump();
     }
 
@@ -176,7 +177,16 @@ impl Harness {
     }
 
     fn read(&mut self, oid: &str) -> Result<Bytes, OpError> {
-        match self.op(oid, vec![ObjOp::Read { offset: 0, len: 1 << 20 }])?.first() {
+        match self
+            .op(
+                oid,
+                vec![ObjOp::Read {
+                    offset: 0,
+                    len: 1 << 20,
+                }],
+            )?
+            .first()
+        {
             Some(OpOutput::Data(d)) => Ok(d.clone()),
             other => panic!("read returned {other:?}"),
         }
@@ -196,9 +206,12 @@ fn at_full_only_ops_that_free_space_run() {
     for oid in ["a", "b", "c", "d"] {
         h.op(oid, write(b"0123456789")).expect("write");
     }
-    h.op("d", vec![ObjOp::OmapSet {
-        entries: vec![("k".into(), Bytes::from_static(b"v"))],
-    }])
+    h.op(
+        "d",
+        vec![ObjOp::OmapSet {
+            entries: vec![("k".into(), Bytes::from_static(b"v"))],
+        }],
+    )
     .expect("omap set");
     // A write applied now, whose reply the client will not see.
     h.op_as(77, "e", write(b"applied")).expect("write");
@@ -210,20 +223,36 @@ fn at_full_only_ops_that_free_space_run() {
         ("a", write(b"new")),
         ("new", write(b"new")),
         ("new", vec![ObjOp::Create { exclusive: false }]),
-        ("a", vec![ObjOp::SetAttr {
-            key: "x".into(),
-            value: Bytes::from_static(b"y"),
-        }]),
-        ("a", vec![ObjOp::OmapSet {
-            entries: vec![("k".into(), Bytes::from_static(b"v"))],
-        }]),
-        ("a", vec![ObjOp::Truncate { size: 0 }, ObjOp::Write {
-            offset: 0,
-            data: Bytes::from_static(b"x"),
-        }]),
+        (
+            "a",
+            vec![ObjOp::SetAttr {
+                key: "x".into(),
+                value: Bytes::from_static(b"y"),
+            }],
+        ),
+        (
+            "a",
+            vec![ObjOp::OmapSet {
+                entries: vec![("k".into(), Bytes::from_static(b"v"))],
+            }],
+        ),
+        (
+            "a",
+            vec![
+                ObjOp::Truncate { size: 0 },
+                ObjOp::Write {
+                    offset: 0,
+                    data: Bytes::from_static(b"x"),
+                },
+            ],
+        ),
     ];
     for (oid, ops) in refused {
-        assert_eq!(h.op(oid, ops.clone()), Err(OpError::NoSpace), "{oid} {ops:?}");
+        assert_eq!(
+            h.op(oid, ops.clone()),
+            Err(OpError::NoSpace),
+            "{oid} {ops:?}"
+        );
     }
     assert_eq!(h.read("a").unwrap(), Bytes::from_static(b"0123456789"));
     assert_eq!(h.read("new"), Err(OpError::NotFound), "nothing was created");
@@ -233,11 +262,16 @@ fn at_full_only_ops_that_free_space_run() {
 
     // What frees space runs.
     h.op("a", vec![ObjOp::Remove]).expect("remove");
-    h.op("b", vec![ObjOp::Truncate { size: 4 }]).expect("truncate");
-    h.op("c", vec![ObjOp::Zero { offset: 2, len: 4 }]).expect("zero");
-    h.op("d", vec![ObjOp::OmapRm {
-        keys: vec!["k".into()],
-    }])
+    h.op("b", vec![ObjOp::Truncate { size: 4 }])
+        .expect("truncate");
+    h.op("c", vec![ObjOp::Zero { offset: 2, len: 4 }])
+        .expect("zero");
+    h.op(
+        "d",
+        vec![ObjOp::OmapRm {
+            keys: vec!["k".into()],
+        }],
+    )
     .expect("omap rm");
     assert_eq!(h.read("a"), Err(OpError::NotFound));
     assert_eq!(h.read("b").unwrap(), Bytes::from_static(b"0123"));
@@ -247,7 +281,11 @@ fn at_full_only_ops_that_free_space_run() {
     );
 
     // Nearfull and backfillfull do not stop writes; below full they run.
-    for state in [FullState::Backfillfull, FullState::Nearfull, FullState::None] {
+    for state in [
+        FullState::Backfillfull,
+        FullState::Nearfull,
+        FullState::None,
+    ] {
         h.publish(|m| {
             m.set_full_state(0, state);
         });

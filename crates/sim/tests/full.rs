@@ -134,7 +134,9 @@ fn a_full_osd_refuses_writes_at_once_but_serves_reads_and_removes() {
         }
         assert!(sim.run_until(Duration::from_secs(30), Sim::idle));
         no_violations(&sim);
-        assert!(on_full.iter().all(|&k| sim.clients[0].objects[k].acked.is_none()));
+        assert!(on_full
+            .iter()
+            .all(|&k| sim.clients[0].objects[k].acked.is_none()));
         assert!(sim.osds[&0].store.used_bytes() < before);
         wait_state(&mut sim, 0, FullState::None);
 
@@ -182,7 +184,10 @@ fn a_backfillfull_osd_gets_no_backfill_until_it_has_room() {
                 states[pg]
             );
             let copy = sim.osds[&3].store.snapshot(*pg);
-            assert!(copy.is_empty(), "seed {seed}: pg {pg} backfilled onto osd.3");
+            assert!(
+                copy.is_empty(),
+                "seed {seed}: pg {pg} backfilled onto osd.3"
+            );
         }
         let held = sim.osds[&3].store.used_bytes();
         assert!(
@@ -198,20 +203,29 @@ fn a_backfillfull_osd_gets_no_backfill_until_it_has_room() {
         assert_eq!(sim.clients[0].nospace_writes, 0);
 
         // Room again: backfill runs and the PGs settle on their up sets.
-        sim.osds.get_mut(&3).expect("osd.3").store.set_capacity(None);
+        sim.osds
+            .get_mut(&3)
+            .expect("osd.3")
+            .store
+            .set_capacity(None);
         wait_state(&mut sim, 3, FullState::None);
         let settled = sim.run_until(Duration::from_secs(120), |s| {
             s.map().all_pgs().all(|pg| {
                 let m = s.map().mapping(pg);
                 m.up == m.acting.osds
-            }) && s.pg_states().values().all(|st| st.starts_with("active+clean"))
+            }) && s
+                .pg_states()
+                .values()
+                .all(|st| st.starts_with("active+clean"))
         });
         assert!(settled, "{}", sim.failure("backfill did not finish"));
         for pg in &targets {
-            assert!(!sim.osds[&3].store.snapshot(*pg).is_empty() || {
-                // A PG may hold none of the client's objects.
-                (0..OBJECTS).all(|k| sim.object_id(0, k).coll != *pg)
-            });
+            assert!(
+                !sim.osds[&3].store.snapshot(*pg).is_empty() || {
+                    // A PG may hold none of the client's objects.
+                    (0..OBJECTS).all(|k| sim.object_id(0, k).coll != *pg)
+                }
+            );
         }
         read_back(&mut sim);
     }
