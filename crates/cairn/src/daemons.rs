@@ -232,6 +232,9 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
+            scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),
+            deep_scrub_interval: Duration::from_secs(osd_conf.deep_scrub_interval_s),
+            max_scrubs: osd_conf.max_scrubs as usize,
             planted_bug: None,
         },
     };

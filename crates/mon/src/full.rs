@@ -25,34 +25,63 @@ pub(crate) fn state_change(
     (state != map.full_state(osd)).then_some(state)
 }
 
-/// Health checks about full OSDs (up ones only: a down OSD has its own
-/// warning), most serious first: whether any is full (an error: writes to
-/// its PGs fail), and one line per state naming the OSDs and their usage.
-pub(crate) fn health(map: &ClusterMap, usage: &HashMap<OsdId, OsdUsage>) -> (bool, Vec<String>) {
-    let mut lines = Vec::new();
-    let mut any_full = false;
-    for (state, what) in [
-        (FullState::Full, "full (writes to their PGs fail)"),
-        (
-            FullState::Backfillfull,
-            "backfillfull (they take no backfill)",
-        ),
-        (FullState::Nearfull, "nearfull"),
-    ] {
-        let osds: Vec<String> = map
+/// OSDs with their usage ratio, if they reported one.
+pub(crate) type OsdRatios = Vec<(OsdId, Option<f64>)>;
+
+/// Up OSDs in each state but `none` (a down OSD has its own warning),
+/// most serious first, each with its usage ratio if it reported one.
+pub(crate) fn by_state(
+    map: &ClusterMap,
+    usage: &HashMap<OsdId, OsdUsage>,
+) -> Vec<(FullState, OsdRatios)> {
+    [
+        FullState::Full,
+        FullState::Backfillfull,
+        FullState::Nearfull,
+    ]
+    .into_iter()
+    .map(|state| {
+        let osds: Vec<(OsdId, Option<f64>)> = map
             .osds_in_full_state(state)
             .filter(|o| map.is_up(*o))
-            .map(|o| match usage.get(&o) {
-                Some(u) => format!("osd.{o} ({:.0}% used)", u.ratio() * 100.0),
-                None => format!("osd.{o}"),
-            })
+            .map(|o| (o, usage.get(&o).map(OsdUsage::ratio)))
             .collect();
-        if osds.is_empty() {
-            continue;
-        }
-        any_full |= state == FullState::Full;
-        lines.push(format!("{} osds {what}: {}", osds.len(), osds.join(", ")));
+        (state, osds)
+    })
+    .filter(|(_, osds)| !osds.is_empty())
+    .collect()
+}
+
+/// `osd.N (97% used)`.
+pub(crate) fn describe(osd: OsdId, ratio: Option<f64>) -> String {
+    match ratio {
+        Some(r) => format!("osd.{osd} ({:.0}% used)", r * 100.0),
+        None => format!("osd.{osd}"),
     }
+}
+
+/// The health summary of `n` OSDs in `state`.
+pub(crate) fn summary(state: FullState, n: usize) -> String {
+    let what = match state {
+        FullState::Full => "full (writes to their PGs fail)",
+        FullState::Backfillfull => "backfillfull (they take no backfill)",
+        _ => "nearfull",
+    };
+    format!("{n} osds {what}")
+}
+
+/// Health lines about full OSDs for `status`, naming them, and whether
+/// any is full (an error: writes to its PGs fail).
+pub(crate) fn health(map: &ClusterMap, usage: &HashMap<OsdId, OsdUsage>) -> (bool, Vec<String>) {
+    let states = by_state(map, usage);
+    let any_full = states.iter().any(|(s, _)| *s == FullState::Full);
+    let lines = states
+        .into_iter()
+        .map(|(state, osds)| {
+            let names: Vec<String> = osds.iter().map(|(o, r)| describe(*o, *r)).collect();
+            format!("{}: {}", summary(state, osds.len()), names.join(", "))
+        })
+        .collect();
     (any_full, lines)
 }
 
@@ -168,8 +197,20 @@ mod tests {
             lines[0],
             "1 osds backfillfull (they take no backfill): osd.0 (97% used)"
         );
+        let detail = crate::health::health_detail(&map, &HashMap::new(), &reports);
+        assert_eq!(detail["health"], "HEALTH_WARN", "{detail}");
+        assert_eq!(detail["checks"][0]["check"], "OSD_BACKFILLFULL", "{detail}");
+        assert_eq!(
+            detail["checks"][0]["detail"],
+            json!(["osd.0 (97% used) is backfillfull"])
+        );
+        map.set_full_state(1, FullState::Full);
+        let detail = crate::health::health_detail(&map, &HashMap::new(), &reports);
+        assert_eq!(detail["health"], "HEALTH_ERR", "{detail}");
+        assert_eq!(detail["checks"][0]["check"], "OSD_FULL", "{detail}");
+        assert_eq!(detail["checks"][0]["severity"], "error", "{detail}");
         let status = status_json(&map, &FullRatios::default());
-        assert_eq!(status["full"], json!([3]));
+        assert_eq!(status["full"], json!([1, 3]));
         assert_eq!(status["backfillfull"], json!([0]));
         assert_eq!(status["ratios"]["full"], json!(0.95));
     }

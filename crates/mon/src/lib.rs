@@ -15,6 +15,7 @@
 mod commands;
 mod crush_commands;
 mod full;
+mod health;
 pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -21,6 +21,13 @@ fn config(seed: u64, osds: u32, objects: usize) -> SimConfig {
 }
 
 fn started(cfg: SimConfig) -> Sim {
+    if std::env::var_os("CAIRN_SIM_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("CAIRN_SIM_LOG"))
+            .with_target(false)
+            .without_time()
+            .try_init();
+    }
     let mut sim = Sim::new(cfg);
     assert!(
         sim.run_until(WAIT, Sim::all_clean),
@@ -286,4 +293,122 @@ fn split_brain_serves_after_osd_lost() {
     // The administrator gave the write up: the old data comes back.
     let (_, got) = &sim.clients[0].reads[0];
     assert_eq!(got.as_deref(), Some(&b"old in object 0"[..]));
+}
+
+/// Deep scrub finds a rotten replica copy and a rotten primary copy;
+/// repair rewrites both from a good one; light scrub alone misses rot.
+#[test]
+fn deep_scrub_finds_rot_and_repair_rewrites_it() {
+    let mut sim = started(config(11, 5, 24));
+    write_all(&mut sim, "data");
+    let oid = sim.object_id(0, 0);
+    let pg = oid.coll;
+    // Another object of the same PG.
+    let other = (1..24)
+        .find(|&k| sim.object_id(0, k).coll == pg)
+        .expect("two objects in one PG");
+    let acting = sim.map().acting(pg).osds;
+    sim.corrupt(acting[1], 0, 0);
+    sim.scrub(pg, false, false).expect("scrub");
+    assert!(sim.run_until(WAIT, |s| s
+        .pg_stat(pg)
+        .is_some_and(|st| st.last_scrub > 0 && !st.state.contains("scrubbing"))));
+    assert!(
+        sim.pg_stat(pg).unwrap().inconsistent.is_empty(),
+        "a light scrub reads no data"
+    );
+    sim.scrub(pg, true, false).expect("deep scrub");
+    let found = |s: &Sim| s.pg_stat(pg).is_some_and(|st| !st.inconsistent.is_empty());
+    assert!(
+        sim.run_until(WAIT, found),
+        "{}",
+        sim.failure("deep scrub found nothing")
+    );
+    let stat = sim.pg_stat(pg).unwrap();
+    assert!(stat.state.contains("inconsistent"), "{}", stat.state);
+    assert_eq!(stat.inconsistent[0].name, oid.name);
+    assert_eq!(stat.inconsistent[0].bad.len(), 1);
+    assert_eq!(stat.inconsistent[0].bad[0].0, acting[1]);
+    // The primary's copy rots too (another object): repair fixes both.
+    sim.corrupt(acting[0], 0, other);
+    sim.scrub(pg, true, true).expect("repair");
+    let fixed = |s: &Sim| {
+        s.pg_stat(pg).is_some_and(|st| {
+            st.inconsistent.is_empty() && st.repaired_objects >= 2 && st.state == "active+clean"
+        })
+    };
+    assert!(
+        sim.run_until(WAIT, fixed),
+        "{}",
+        sim.failure("repair did not finish")
+    );
+    assert!(sim.check_copies().is_empty(), "{:?}", sim.check_copies());
+    for member in &acting {
+        for obj in [0, other] {
+            let oid = sim.object_id(0, obj);
+            assert!(
+                !sim.osds[member].store.is_corrupt(&oid),
+                "osd.{member} still rotten"
+            );
+        }
+    }
+    read_all(&mut sim);
+    assert!(sim.run_until(WAIT, Sim::idle));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+}
+
+/// Every copy rotten: deep scrub calls it unrepairable, reads fail with an
+/// I/O error (no hang), and an overwrite works.
+#[test]
+fn every_copy_rotten_fails_reads_cleanly_and_an_overwrite_works() {
+    let mut sim = started(config(12, 5, 2));
+    write_all(&mut sim, "data");
+    let pg = sim.object_id(0, 0).coll;
+    for member in sim.map().acting(pg).osds {
+        sim.corrupt(member, 0, 0);
+    }
+    sim.scrub(pg, true, false).expect("deep scrub");
+    let unrepairable = |s: &Sim| {
+        s.pg_stat(pg)
+            .is_some_and(|st| st.inconsistent.iter().any(|i| !i.repairable))
+    };
+    assert!(
+        sim.run_until(WAIT, unrepairable),
+        "{}",
+        sim.failure("scrub missed it")
+    );
+    sim.start_op(0, 0, Kind::Read);
+    assert!(
+        sim.run_until(WAIT, Sim::idle),
+        "{}",
+        sim.failure("the read hangs")
+    );
+    let errors = sim.violations();
+    assert!(
+        errors.len() == 1 && errors[0].contains("damaged"),
+        "expected one clean I/O error, got {errors:?}"
+    );
+    sim.clients[0].violations.clear();
+    sim.start_op(0, 0, Kind::Write(b"fresh".to_vec()));
+    assert!(
+        sim.run_until(WAIT, Sim::idle),
+        "{}",
+        sim.failure("the overwrite hangs")
+    );
+    sim.start_op(0, 0, Kind::Read);
+    assert!(sim.run_until(WAIT, Sim::idle));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    assert_eq!(
+        sim.clients[0].reads.last().unwrap().1.as_deref(),
+        Some(&b"fresh"[..])
+    );
+    // The rewritten copies are good: a deep scrub finds nothing.
+    sim.run_for(Duration::from_secs(2));
+    sim.scrub(pg, true, false).expect("deep scrub");
+    sim.run_for(Duration::from_secs(5));
+    let stat = sim.pg_stat(pg).unwrap();
+    assert!(
+        stat.inconsistent.is_empty() && stat.state == "active+clean",
+        "{stat:?}"
+    );
 }

@@ -454,6 +454,12 @@ impl Pg {
         }
         self.info.last_epoch_started = self.interval_since;
         self.info.backfill = cairn_wire::Backfill::Complete;
+        if self.info.last_scrub == 0 {
+            // A new PG: its first scheduled scrub is an interval away.
+            let now = ctx.io.wall_secs();
+            self.info.last_scrub = now;
+            self.info.last_deep_scrub = now;
+        }
         persist::save_info(&mut txn, &self.info);
         if let Err(e) = self.submit(ctx, txn, Wait::PrimaryActivated { act }) {
             return self.retry_later(ctx, format!("cannot persist activation: {e}"));
