@@ -280,6 +280,8 @@ async fn fill_to_full_then_remove_data_and_write_again() {
                 h.starts_with("HEALTH_ERR") && h.contains("osds full (writes to their PGs fail)")
             })
     });
+    let detail = cluster.ok(&["--json", "health", "detail"]);
+    assert!(detail.contains("OSD_FULL"), "{detail}");
     let osds = cluster.ok(&["osd", "ls"]);
     assert!(osds.contains(" full"), "{osds}");
 
@@ -306,21 +308,6 @@ async fn fill_to_full_then_remove_data_and_write_again() {
         assert_reads_back(&filler, chunk * CHUNK, &want, "filler at full").await;
     }
 
-    // Through NBD: a write fails with ENOSPC, reads and discards work.
-    {
-        let gateway = Gateway::start(&cluster, "keep");
-        let text = qemu_io(&gateway.uri, &["write -P 0x5a 0 64k"]);
-        assert!(
-            text.contains("No space left on device"),
-            "qemu-io write at full: {text}"
-        );
-        nbd_io_ok(&gateway.uri, &["read 0 64k"]);
-        nbd_io_ok(&gateway.uri, &["discard 1M 1M"]);
-        model[MIB as usize..2 * MIB as usize].fill(0);
-        nbd_io_ok(&gateway.uri, &["read -P 0 1M 1M"]);
-    }
-    assert_reads_back(&keep, 0, &model, "keep after an NBD discard").await;
-
     // The CLI says why, in one line.
     let err = cluster.fails(&["image", "create", "rbd/more", "--size", "1M"]);
     assert!(err.contains("no space left"), "{err}");
@@ -343,6 +330,22 @@ async fn fill_to_full_then_remove_data_and_write_again() {
         err.contains("no space left") && err.contains("full"),
         "{err}"
     );
+
+    // Through NBD: a write fails with ENOSPC, reads and discards work
+    // (last: the discard frees space).
+    {
+        let gateway = Gateway::start(&cluster, "keep");
+        let text = qemu_io(&gateway.uri, &["write -P 0x5a 0 64k"]);
+        assert!(
+            text.contains("No space left on device"),
+            "qemu-io write at full: {text}"
+        );
+        nbd_io_ok(&gateway.uri, &["read 0 64k"]);
+        nbd_io_ok(&gateway.uri, &["discard 1M 1M"]);
+        model[MIB as usize..2 * MIB as usize].fill(0);
+        nbd_io_ok(&gateway.uri, &["read -P 0 1M 1M"]);
+    }
+    assert_reads_back(&keep, 0, &model, "keep after an NBD discard").await;
 
     // Removing an image works at full and brings the OSDs below the ratios.
     cluster.ok(&["image", "rm", "rbd/filler"]);
