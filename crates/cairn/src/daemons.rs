@@ -178,6 +178,11 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
             .map(str::to_string)
             .collect(),
         crush_chooseleaf_type: m.osd_crush_chooseleaf_type.clone(),
+        full_ratios: cairn_map::FullRatios::new(
+            m.osd_nearfull_ratio.get(),
+            m.osd_backfillfull_ratio.get(),
+            m.osd_full_ratio.get(),
+        )?,
     };
     let rt = runtime(1)?;
     rt.block_on(async {

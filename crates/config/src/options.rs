@@ -138,6 +138,17 @@ fn shard_size(v: &u64) -> Result<(), String> {
     }
 }
 
+fn positive_ratio(v: &Ratio) -> Result<(), String> {
+    if v.get() > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be greater than 0 and at most 1, got {}",
+            v.get()
+        ))
+    }
+}
+
 fn pg_num(v: &u32) -> Result<(), String> {
     match *v {
         1..=65536 => Ok(()),
@@ -286,6 +297,18 @@ section! {
         /// (`osd` or a bucket type; a cluster on one machine uses `osd`).
         /// Read when the monitor creates the cluster.
         osd_crush_chooseleaf_type: String = "host".to_string(), check crush_name;
+        /// An OSD whose store is at least this full (used / total bytes,
+        /// from its heartbeats) is `nearfull`: a health warning. Above 0,
+        /// at most `osd_backfillfull_ratio`.
+        osd_nearfull_ratio: Ratio = Ratio(0.85), check positive_ratio;
+        /// An OSD at least this full is `backfillfull`: it takes no
+        /// backfill (PGs moving to it wait as `backfill_toofull`). At
+        /// most `osd_full_ratio`.
+        osd_backfillfull_ratio: Ratio = Ratio(0.90), check positive_ratio;
+        /// An OSD at least this full is `full`: writes to its PGs fail at
+        /// once with a no-space error (NBD ENOSPC) while reads, removes
+        /// and discards still work; health is HEALTH_ERR. At most 1.
+        osd_full_ratio: Ratio = Ratio(0.95), check positive_ratio;
     }
 }
 

@@ -49,6 +49,7 @@ impl ClusterMap {
             down_at: 0,
             up_thru: 0,
             lost_at: 0,
+            full: crate::FullState::None,
         });
         info.addr = addr;
         info.up = true;

@@ -7,13 +7,14 @@
 //! It checks what arrives before any PG sees it: a client op must carry
 //! only reads or only mutations, name a valid object of the PG it is sent
 //! to, and reach that PG's primary; an op or peering message from a newer
-//! map waits (bounded) for that map.
+//! map waits (bounded) for that map. While the map records this OSD as
+//! backfillfull or full, it refuses backfill reservations.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, FullState};
 use cairn_store::{StoreError, Transaction};
 use cairn_types::{Epoch, OsdId, PgId};
 use cairn_wire::{ObjOp, OpError, OsdOp, OsdOpReply, PgBody, PgMessage, PgStat};
@@ -187,6 +188,7 @@ impl OsdCore {
         }
         let contiguous = map.epoch == self.map.epoch + 1;
         self.map = map;
+        self.refuse_backfill_if_full();
         self.remove_deleted(io);
         let me = self.id;
         let new: Vec<PgId> = self
@@ -206,6 +208,19 @@ impl OsdCore {
             }
         }
         self.kick_wanting(io);
+    }
+
+    /// Take no backfill while the map records this OSD as backfillfull or
+    /// full. The monitor is the one judge of fullness (the ratios are its
+    /// configuration, and `status` shows the same verdict), so the OSD
+    /// acts on the map rather than on its own statfs; primaries check the
+    /// same map before every backfill batch, so a reservation granted
+    /// before the OSD filled up stops at the next batch.
+    fn refuse_backfill_if_full(&mut self) {
+        let state = self.map.full_state(self.id);
+        let why = (state >= FullState::Backfillfull)
+            .then(|| format!("osd.{} is {state} (backfill_toofull)", self.id));
+        self.slots.set_refuse_backfill(why);
     }
 
     /// Drop the PGs of pools the map no longer has, and their data.

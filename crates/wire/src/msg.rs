@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use cairn_map::crush::DeviceReport;
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, OsdUsage};
 use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
 
 use crate::pg::{PgMessage, PgStat};
@@ -37,11 +37,14 @@ pub enum Message {
         /// Where the OSD is in the CRUSH hierarchy, its device class and size.
         crush: DeviceReport,
     },
-    /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is primary for.
+    /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is
+    /// primary for, `usage` its store's space (`None` if the store could
+    /// not say), from which the monitor judges how full it is.
     OsdHeartbeat {
         id: OsdId,
         epoch: Epoch,
         pgs: Vec<PgStat>,
+        usage: Option<OsdUsage>,
     },
     /// Ask for every map newer than `have`, now and as they are made.
     Subscribe {
@@ -282,7 +285,9 @@ pub enum OpError {
     Exists,
     #[error("invalid operation: {0}")]
     Invalid(String),
-    #[error("no space left on the OSD")]
+    /// An OSD of the PG is full (or its store ran out of space): the
+    /// mutation was not applied. Removes, truncates and zeroing still work.
+    #[error("no space left: an OSD serving this object is full (see `cairn status`)")]
     NoSpace,
     #[error("I/O error: {0}")]
     Io(String),

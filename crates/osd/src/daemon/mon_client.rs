@@ -1,6 +1,6 @@
 //! The OSD's monitor session: subscribe to maps (every epoch, so that no
 //! interval change is missed), boot, heartbeat with the stats of the PGs
-//! this OSD is primary for, carry the core's `up_thru` and `pg_temp`
+//! this OSD is primary for and its store's used and total space, carry the core's `up_thru` and `pg_temp`
 //! requests, and re-boot if the monitor marks this OSD down while it lives.
 //! A lost session is re-established with backoff; the OSD keeps serving
 //! with the map it has meanwhile.
@@ -132,10 +132,21 @@ impl Osd {
                 let stats = core.stats(io);
                 (core.map().epoch, stats)
             });
+            let usage = match self.store.statfs() {
+                Ok(st) => Some(cairn_map::OsdUsage {
+                    used_bytes: st.used_bytes,
+                    total_bytes: st.total_bytes,
+                }),
+                Err(e) => {
+                    tracing::warn!("osd.{}: statfs failed: {e}", self.id());
+                    None
+                }
+            };
             let msg = Message::OsdHeartbeat {
                 id: self.id(),
                 epoch,
                 pgs,
+                usage,
             };
             if !sender.send(msg) {
                 return;
