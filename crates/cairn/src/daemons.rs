@@ -230,6 +230,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
             recovery_max_active: osd_conf.recovery_max_active as usize,
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
+            recovery_sleep_busy: Duration::from_millis(osd_conf.recovery_sleep_busy_ms),
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
             scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),

@@ -339,6 +339,9 @@ section! {
         /// Pause, in milliseconds, between starting recovery operations
         /// (Ceph's `osd_recovery_sleep`), to leave the disk to clients.
         recovery_sleep_ms: u64 = 0, check any;
+        /// While clients are being served, recovery yields to them: one
+        /// object at a time, started at most every this many milliseconds.
+        recovery_sleep_busy_ms: u64 = 20, check any;
         /// PGs backfilling at once with this OSD as primary, and as many
         /// with it as target (at least 1; Ceph's `osd_max_backfills`).
         max_backfills: u32 = 1, check at_least_one;

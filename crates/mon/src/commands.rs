@@ -20,6 +20,7 @@ impl Monitor {
                 &st.pg_stats,
                 &st.usage,
                 &self.opts.full_ratios,
+                &st.osd_counters,
             )),
             MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
             MonCommand::OsdLs => Ok(crate::full::add_usage(
@@ -189,11 +190,17 @@ fn status(
     stats: &std::collections::HashMap<PgId, PgStat>,
     usage: &std::collections::HashMap<cairn_types::OsdId, cairn_map::OsdUsage>,
     ratios: &cairn_map::FullRatios,
+    counters: &std::collections::HashMap<cairn_types::OsdId, cairn_wire::RecoveryCounters>,
 ) -> Value {
     let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
     let mut objects = 0;
     let (mut degraded, mut unfound) = (0, 0);
-    let (mut recovered_objects, mut backfilled_objects, mut recovery_bytes) = (0, 0, 0);
+    // Recovery counters are each OSD's, over every PG in any role: a PG's
+    // primary changes, an OSD's total does not.
+    let recovered_objects: u64 = counters.values().map(|c| c.recovered_objects).sum();
+    let backfilled_objects: u64 = counters.values().map(|c| c.backfilled_objects).sum();
+    let recovery_bytes: u64 = counters.values().map(|c| c.recovery_bytes).sum();
+    let repaired_objects: u64 = counters.values().map(|c| c.repaired_objects).sum();
     let mut undersized = 0u64;
     for pg in map.all_pgs() {
         let stat = stats.get(&pg);
@@ -203,9 +210,6 @@ fn status(
             objects += s.objects;
             degraded += s.degraded;
             unfound += s.unfound;
-            recovered_objects += s.recovered_objects;
-            backfilled_objects += s.backfilled_objects;
-            recovery_bytes += s.recovery_bytes;
         }
     }
     let count = |word: &str| -> u64 {
@@ -274,6 +278,7 @@ fn status(
             "recovered_objects": recovered_objects,
             "backfilled_objects": backfilled_objects,
             "bytes": recovery_bytes,
+            "repaired_objects": repaired_objects,
         },
     })
 }

@@ -98,6 +98,8 @@ struct MonState {
     sessions: HashMap<OsdId, OsdSession>,
     down_since: HashMap<OsdId, Instant>,
     pg_stats: HashMap<PgId, PgStat>,
+    /// Each OSD's recovery counters, as it last reported them.
+    pub(crate) osd_counters: HashMap<OsdId, cairn_wire::RecoveryCounters>,
     /// Each OSD's latest reported usage.
     usage: HashMap<OsdId, OsdUsage>,
     /// PGs whose primary reported them recovered while they had history:
@@ -147,6 +149,7 @@ impl Monitor {
             sessions: HashMap::new(),
             down_since: HashMap::new(),
             pg_stats: HashMap::new(),
+            osd_counters: HashMap::new(),
             usage: HashMap::new(),
             to_trim: HashSet::new(),
             recent: VecDeque::from([map]),
@@ -288,8 +291,15 @@ impl Monitor {
                     tracing::error!("osd.{id}: CRUSH location not applied: {e}");
                 }
             }
-            Message::OsdHeartbeat { id, pgs, usage, .. } => {
+            Message::OsdHeartbeat {
+                id,
+                pgs,
+                usage,
+                counters,
+                ..
+            } => {
                 let mut st = self.state.lock();
+                st.osd_counters.insert(id, counters);
                 if let Some(s) = st.sessions.get_mut(&id).filter(|s| s.session == session) {
                     s.last_heartbeat = Instant::now();
                 }

@@ -32,6 +32,9 @@ pub struct CoreOptions {
     pub recovery_max_active: usize,
     /// Pause between starting recovery operations (`osd_recovery_sleep`).
     pub recovery_sleep: Duration,
+    /// Pause between starting recovery operations while clients are
+    /// served (one at a time then).
+    pub recovery_sleep_busy: Duration,
     /// PGs backfilling at once, as primary and as target (`osd_max_backfills`).
     pub max_backfills: usize,
     /// Unanswered peering requests are sent again after this long.
@@ -65,6 +68,7 @@ impl Default for CoreOptions {
             pg_log_max_entries: 3000,
             recovery_max_active: 3,
             recovery_sleep: Duration::ZERO,
+            recovery_sleep_busy: Duration::from_millis(20),
             max_backfills: 1,
             peering_retry: Duration::from_secs(2),
             scrub_interval: Duration::from_secs(24 * 3600),
@@ -116,6 +120,7 @@ impl OsdCore {
         let slots = Slots::new(
             opts.recovery_max_active,
             opts.recovery_sleep,
+            opts.recovery_sleep_busy,
             opts.max_backfills,
             opts.max_scrubs,
         );
@@ -272,6 +277,7 @@ impl OsdCore {
         if op.epoch > self.map.epoch {
             return self.hold(Held::Op(client, op), io);
         }
+        self.slots.client_op(io.now());
         let epoch = self.map.epoch;
         let refuse = |io: &mut dyn OsdIo, tid, error| {
             io.reply(
@@ -406,6 +412,19 @@ impl OsdCore {
         let id = self.id;
         self.with_pg(pg, io, |pg, ctx| pg.request_scrub(ctx, deep, repair))
             .unwrap_or_else(|| Err(format!("osd.{id} does not hold pg {pg}")))
+    }
+
+    /// Recovery this OSD did since it started, over every PG it holds.
+    pub fn counters(&self) -> cairn_wire::RecoveryCounters {
+        let mut total = cairn_wire::RecoveryCounters::default();
+        for pg in self.pgs.values() {
+            let c = pg.counters;
+            total.recovered_objects += c.recovered_objects;
+            total.backfilled_objects += c.backfilled_objects;
+            total.recovery_bytes += c.recovery_bytes;
+            total.repaired_objects += c.repaired_objects;
+        }
+        total
     }
 
     /// The state of every PG this OSD is primary for.

@@ -12,7 +12,7 @@ use cairn_map::crush::DeviceReport;
 use cairn_map::{ClusterMap, OsdUsage};
 use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
 
-use crate::pg::{PgMessage, PgStat};
+use crate::pg::{PgMessage, PgStat, RecoveryCounters};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,8 @@ pub enum Message {
         epoch: Epoch,
         pgs: Vec<PgStat>,
         usage: Option<OsdUsage>,
+        /// Recovery done by this OSD since it started.
+        counters: RecoveryCounters,
     },
     /// Ask for every map newer than `have`, now and as they are made.
     Subscribe {

@@ -128,9 +128,9 @@ impl Osd {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-            let (epoch, pgs) = self.with_core(|core, io| {
+            let (epoch, pgs, counters) = self.with_core(|core, io| {
                 let stats = core.stats(io);
-                (core.map().epoch, stats)
+                (core.map().epoch, stats, core.counters())
             });
             let usage = match self.store.statfs() {
                 Ok(st) => Some(cairn_map::OsdUsage {
@@ -147,6 +147,7 @@ impl Osd {
                 epoch,
                 pgs,
                 usage,
+                counters,
             };
             if !sender.send(msg) {
                 return;
