@@ -133,9 +133,19 @@ impl Pg {
             primary.objects.entry(oid).or_default().waiting.push(op);
             return None;
         }
+        // A write to an object some members miss goes ahead (they get the
+        // log entry only, and recovery brings them the newer object) as
+        // long as at least min_size acting members hold it; otherwise, and
+        // while the object is being copied, it waits for recovery.
+        let lacking = primary
+            .peers
+            .iter()
+            .filter(|(o, p)| !primary.backfill.contains_key(o) && p.missing.contains_key(&oid))
+            .count();
+        let holding = self.mapping.acting.osds.len() - lacking;
         let degraded = is_write
             && (primary.recovering.contains(&oid)
-                || primary.peers.values().any(|p| p.missing.contains_key(&oid))
+                || (lacking > 0 && (holding as u32) < self.mapping.min_size)
                 || primary.backfill.values().any(|b| b.blocks(&oid)));
         if missing_here || degraded {
             if !primary.urgent.contains(&oid) {
@@ -319,11 +329,25 @@ impl Pg {
         self.finish_append(entry.clone(), trim);
         let primary = self.primary.as_mut().expect("checked above");
         let mut waiting_on = BTreeSet::new();
-        for &peer in primary.peers.keys() {
-            let covered = primary
-                .backfill
-                .get(&peer)
-                .is_none_or(|b| b.covers(&entry.oid));
+        for (&peer, state) in primary.peers.iter_mut() {
+            let lacks = state.missing.contains_key(&entry.oid);
+            if lacks {
+                // It gets the entry only; recovery brings the object at
+                // this version (or nothing, if removed: it removes its copy).
+                match entry.op {
+                    LogOp::Modify => {
+                        state.missing.insert(entry.oid.clone(), version);
+                    }
+                    LogOp::Delete => {
+                        state.missing.remove(&entry.oid);
+                    }
+                }
+            }
+            let covered = !lacks
+                && primary
+                    .backfill
+                    .get(&peer)
+                    .is_none_or(|b| b.covers(&entry.oid));
             ctx.io.send(
                 peer,
                 cairn_wire::PgMessage {
