@@ -214,6 +214,7 @@ impl<'a> Builder<'a> {
                 self.batch.put(keys::coll_attr(*coll, key), value.to_vec());
             }
             TxOp::RemoveCollection { coll } => self.remove_collection(*coll)?,
+            TxOp::Move { from, to } => self.move_object(from, to)?,
         }
         Ok(())
     }
@@ -250,6 +251,31 @@ impl<'a> Builder<'a> {
             self.batch.delete_range(start, end);
         }
         self.objects_delta -= 1;
+        Ok(())
+    }
+
+    /// `from`'s onode under the name `to`: data, attributes and omap are
+    /// keyed by its nid, so nothing but the onode key changes.
+    fn move_object(&mut self, from: &ObjectId, to: &ObjectId) -> Result<(), StoreError> {
+        let Some(w) = self.object(from, false)? else {
+            return Ok(());
+        };
+        let Some(onode) = w.onode.take() else {
+            return Ok(());
+        };
+        let dirty_shards = std::mem::take(&mut w.dirty_shards);
+        w.core_dirty = true;
+        self.remove(to)?;
+        self.object(to, false)?;
+        let Some(target) = self.work.get_mut(to) else {
+            return Err(StoreError::Corrupt(format!(
+                "moving {from} to {to}: the target was not loaded"
+            )));
+        };
+        target.onode = Some(onode);
+        target.core_dirty = true;
+        target.dirty_shards = dirty_shards;
+        self.colls.insert(to.coll);
         Ok(())
     }
 

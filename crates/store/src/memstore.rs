@@ -134,6 +134,14 @@ impl ObjectStore for MemStore {
                     inner.data.remove(oid);
                 }
                 DataOp::RemoveCollection { coll } => inner.data.retain(|oid, _| oid.coll != coll),
+                DataOp::Rename { from, to } => match inner.data.remove(from) {
+                    Some(data) => {
+                        inner.data.insert(to.clone(), data);
+                    }
+                    None => {
+                        inner.data.remove(to);
+                    }
+                },
             }
         }
         Ok(Commit::ready(Ok(())))

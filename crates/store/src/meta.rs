@@ -39,6 +39,12 @@ pub(crate) enum DataOp<'a> {
     Remove { oid: &'a ObjectId },
     /// Drop the bytes of every object of the collection.
     RemoveCollection { coll: Collection },
+    /// The bytes of `from` become those of `to`, replacing what `to` had
+    /// (nothing, if `from` has no bytes).
+    Rename {
+        from: &'a ObjectId,
+        to: &'a ObjectId,
+    },
 }
 
 /// One object's metadata.
@@ -241,6 +247,21 @@ impl Meta {
         Arc::make_mut(coll).objects.get_mut(&oid.name)
     }
 
+    /// Drop an object's metadata, if it exists.
+    fn remove_meta(
+        colls: &mut BTreeMap<Collection, Arc<CollMeta>>,
+        totals: &mut Totals,
+        oid: &ObjectId,
+    ) {
+        let coll = colls.get_mut(&oid.coll);
+        if let Some(coll) = coll.filter(|c| c.objects.contains_key(&oid.name)) {
+            if let Some(obj) = Arc::make_mut(coll).objects.remove(&oid.name) {
+                totals.used -= obj_bytes(&obj);
+                totals.objects -= 1;
+            }
+        }
+    }
+
     fn gc_coll(&mut self, coll: Collection) {
         if self.colls.get(&coll).is_some_and(|c| c.is_empty()) {
             self.colls.remove(&coll);
@@ -301,13 +322,7 @@ impl Meta {
                 out.push(DataOp::SetLen { oid, size: *size });
             }
             TxOp::Remove { oid } => {
-                let coll = self.colls.get_mut(&oid.coll);
-                if let Some(coll) = coll.filter(|c| c.objects.contains_key(&oid.name)) {
-                    if let Some(obj) = Arc::make_mut(coll).objects.remove(&oid.name) {
-                        totals.used -= obj_bytes(&obj);
-                        totals.objects -= 1;
-                    }
-                }
+                Self::remove_meta(&mut self.colls, totals, oid);
                 // Always drop the bytes: replay may meet files of later ops.
                 out.push(DataOp::Remove { oid });
                 self.gc_coll(oid.coll);
@@ -367,6 +382,26 @@ impl Meta {
                     }
                     self.gc_coll(*coll);
                 }
+            }
+            TxOp::Move { from, to } => {
+                let exists = self
+                    .colls
+                    .get(&from.coll)
+                    .is_some_and(|c| c.objects.contains_key(&from.name));
+                if !exists {
+                    return;
+                }
+                Self::remove_meta(&mut self.colls, totals, to);
+                let moved = self
+                    .colls
+                    .get_mut(&from.coll)
+                    .and_then(|c| Arc::make_mut(c).objects.remove(&from.name));
+                if let Some(meta) = moved {
+                    let coll = Arc::make_mut(self.colls.entry(to.coll).or_default());
+                    coll.objects.insert(to.name.clone(), meta);
+                }
+                out.push(DataOp::Rename { from, to });
+                self.gc_coll(from.coll);
             }
             TxOp::CollSetAttr { coll, key, value } => {
                 let c = Arc::make_mut(self.colls.entry(*coll).or_default());

@@ -78,6 +78,37 @@ pub enum TxOp {
     RemoveCollection {
         coll: Collection,
     },
+    /// Give object `from` (its data, attributes and omap) the id `to`,
+    /// replacing whatever `to` held; no-op if `from` does not exist. The
+    /// collections may differ (a PG split moves objects to a child PG).
+    Move {
+        from: ObjectId,
+        to: ObjectId,
+    },
+}
+
+impl TxOp {
+    /// The object this op changes (for a move, its source), if it
+    /// changes one object.
+    pub fn object(&self) -> Option<&ObjectId> {
+        match self {
+            TxOp::Touch { oid }
+            | TxOp::Remove { oid }
+            | TxOp::RmAttr { oid, .. }
+            | TxOp::SetAttr { oid, .. }
+            | TxOp::OmapSet { oid, .. }
+            | TxOp::OmapRm { oid, .. }
+            | TxOp::OmapClear { oid }
+            | TxOp::Write { oid, .. }
+            | TxOp::Zero { oid, .. }
+            | TxOp::Truncate { oid, .. } => Some(oid),
+            TxOp::Move { from, .. } => Some(from),
+            TxOp::LogAppend { .. }
+            | TxOp::LogTrim { .. }
+            | TxOp::CollSetAttr { .. }
+            | TxOp::RemoveCollection { .. } => None,
+        }
+    }
 }
 
 /// An atomic, ordered group of [`TxOp`]s.
@@ -184,6 +215,13 @@ impl Transaction {
         })
     }
 
+    pub fn move_object(&mut self, from: &ObjectId, to: &ObjectId) -> &mut Self {
+        self.push(TxOp::Move {
+            from: from.clone(),
+            to: to.clone(),
+        })
+    }
+
     pub fn remove_collection(&mut self, coll: Collection) -> &mut Self {
         self.push(TxOp::RemoveCollection { coll })
     }
@@ -198,31 +236,16 @@ impl Transaction {
             ))),
         };
         for op in &self.ops {
-            let oid = match op {
-                TxOp::Touch { oid }
-                | TxOp::Remove { oid }
-                | TxOp::RmAttr { oid, .. }
-                | TxOp::SetAttr { oid, .. }
-                | TxOp::OmapSet { oid, .. }
-                | TxOp::OmapRm { oid, .. }
-                | TxOp::OmapClear { oid } => Some(oid),
-                TxOp::Write { oid, offset, data } => {
-                    check_range(oid, *offset, data.len() as u64)?;
-                    Some(oid)
+            match op {
+                TxOp::Write { oid, offset, data } => check_range(oid, *offset, data.len() as u64)?,
+                TxOp::Zero { oid, offset, len } => check_range(oid, *offset, *len)?,
+                TxOp::Truncate { oid, size } => check_range(oid, *size, 0)?,
+                TxOp::Move { from, to } if from == to || to.name.is_empty() => {
+                    return Err(StoreError::Invalid(format!("cannot move {from} to {to}")));
                 }
-                TxOp::Zero { oid, offset, len } => {
-                    check_range(oid, *offset, *len)?;
-                    Some(oid)
-                }
-                TxOp::Truncate { oid, size } => {
-                    check_range(oid, *size, 0)?;
-                    Some(oid)
-                }
-                TxOp::LogAppend { .. }
-                | TxOp::LogTrim { .. }
-                | TxOp::CollSetAttr { .. }
-                | TxOp::RemoveCollection { .. } => None,
-            };
+                _ => {}
+            }
+            let oid = op.object();
             if let Some(oid) = oid {
                 if oid.name.is_empty() {
                     return Err(StoreError::Invalid("empty object name".into()));

@@ -18,6 +18,7 @@
 mod data;
 mod dump;
 mod metadata;
+mod moves;
 mod ordering;
 mod util;
 
@@ -26,6 +27,7 @@ use std::sync::Arc;
 pub use data::*;
 pub use dump::{dump, first_difference, CollectionDump, ObjectDump, StoreDump};
 pub use metadata::*;
+pub use moves::*;
 pub use ordering::*;
 
 use crate::{ObjectStore, Result, Transaction};
@@ -66,6 +68,8 @@ macro_rules! conformance_tests {
             collection_attrs,
             listing_objects_and_collections,
             remove_collection_removes_everything,
+            move_carries_everything_and_replaces_target,
+            moves_in_one_transaction_apply_in_order,
             transaction_applies_atomically_in_order,
             submission_order_with_many_in_flight,
             invalid_transaction_changes_nothing,
@@ -103,6 +107,8 @@ pub async fn run_all(make: &mut dyn FnMut() -> Box<dyn Harness>) {
     collection_attrs(&mut *make()).await;
     listing_objects_and_collections(&mut *make()).await;
     remove_collection_removes_everything(&mut *make()).await;
+    move_carries_everything_and_replaces_target(&mut *make()).await;
+    moves_in_one_transaction_apply_in_order(&mut *make()).await;
     transaction_applies_atomically_in_order(&mut *make()).await;
     submission_order_with_many_in_flight(&mut *make()).await;
     invalid_transaction_changes_nothing(&mut *make()).await;

@@ -176,13 +176,35 @@ impl Committer {
                 let mut cost = 0;
                 let mut batch = Vec::new();
                 while let Some(p) = queue.items.front() {
-                    if !batch.is_empty() && cost >= MAX_BATCH_BYTES {
+                    if !batch.is_empty() && (cost >= MAX_BATCH_BYTES || has_move(&p.txn)) {
                         break;
                     }
                     cost += batch_cost(&p.txn);
+                    let moves = has_move(&p.txn);
                     batch.extend(queue.items.pop_front());
+                    if moves {
+                        break;
+                    }
                 }
                 batch
+            };
+            // A move is journaled as the copy it makes (see `expand_moves`),
+            // so it runs alone, after everything before it is applied.
+            let batch = match batch.first().filter(|p| has_move(&p.txn)) {
+                Some(_) => batch
+                    .into_iter()
+                    .filter_map(|mut p| match expand_moves(shared, &p.txn) {
+                        Ok(txn) => {
+                            p.txn = txn;
+                            Some(p)
+                        }
+                        Err(e) => {
+                            let _ = p.done.send(Err(e));
+                            None
+                        }
+                    })
+                    .collect(),
+                None => batch,
             };
             self.commit_batch(shared, batch);
             if self.should_rotate(shared) {
@@ -379,6 +401,10 @@ impl Committer {
                     objects.remove_collection(coll)?;
                     self.dirty.remove_collection(coll);
                 }
+                DataOp::Rename { from, to } => {
+                    // Moves are expanded before they are journaled.
+                    unreachable!("a move of {from} to {to} reached the FileStore unexpanded")
+                }
             }
         }
         Ok(())
@@ -393,6 +419,61 @@ fn journal_keep(shared: &Shared) -> u64 {
         .journal_max_bytes
         .saturating_mul(2)
         .saturating_add(MAX_BATCH_BYTES)
+}
+
+fn has_move(txn: &Transaction) -> bool {
+    txn.ops.iter().any(|op| matches!(op, TxOp::Move { .. }))
+}
+
+/// The transaction with each move turned into the copy it makes: the
+/// target replaced by the source's bytes, attributes and omap, then the
+/// source removed. Journaled that way, a replay redoes the copy from the
+/// journal's bytes, whatever the object files hold by then. Needs every
+/// transaction before it applied (a move runs alone in its batch).
+fn expand_moves(shared: &Shared, txn: &Transaction) -> Result<Transaction> {
+    let mut out = Transaction::new();
+    let mut touched = std::collections::HashSet::new();
+    let mut removed_colls = std::collections::HashSet::new();
+    for op in &txn.ops {
+        let TxOp::Move { from, to } = op else {
+            touched.extend(op.object());
+            if let TxOp::RemoveCollection { coll } = op {
+                removed_colls.insert(*coll);
+            }
+            out.push(op.clone());
+            continue;
+        };
+        if touched.contains(from) || removed_colls.contains(&from.coll) {
+            return Err(StoreError::Invalid(format!(
+                "{from} is changed and then moved in one transaction (unsupported by the FileStore)"
+            )));
+        }
+        touched.insert(to);
+        let meta = match shared.meta.read().object(from) {
+            Ok(meta) => meta.clone(),
+            Err(StoreError::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let data = {
+            let _stripe = shared.objects.lock(std::iter::once(from), false);
+            shared.objects.read(from, 0, meta.size)?
+        };
+        out.remove(to).touch(to);
+        if !data.is_empty() {
+            out.write(to, 0, bytes::Bytes::from(data));
+        }
+        if meta.size as usize > 0 {
+            out.truncate(to, meta.size);
+        }
+        for (key, value) in meta.attrs {
+            out.set_attr(to, &key, value);
+        }
+        if !meta.omap.is_empty() {
+            out.omap_set(to, meta.omap.into_iter().collect());
+        }
+        out.remove(from);
+    }
+    Ok(out)
 }
 
 fn is_no_space(e: &std::io::Error) -> bool {
