@@ -215,6 +215,7 @@ impl<'a> Builder<'a> {
             }
             TxOp::RemoveCollection { coll } => self.remove_collection(*coll)?,
             TxOp::Move { from, to } => self.move_object(from, to)?,
+            TxOp::SplitCollection { coll, pg_num } => self.split_collection(*coll, *pg_num)?,
         }
         Ok(())
     }
@@ -279,7 +280,8 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    fn remove_collection(&mut self, coll: Collection) -> Result<(), StoreError> {
+    /// Names of the objects of `coll` as this transaction sees them.
+    fn names_in(&mut self, coll: Collection) -> Result<BTreeSet<String>, StoreError> {
         let mut names: BTreeSet<String> = BTreeSet::new();
         // Read before the scan: a transaction counted committed after it
         // may have been acknowledged but missing from the scan, and must
@@ -297,14 +299,36 @@ impl<'a> Builder<'a> {
         for (oid, present) in self.st.onodes.dirty_in(coll, committed) {
             if present {
                 names.insert(oid.name);
+            } else {
+                names.remove(&oid.name);
             }
         }
         for (oid, w) in &self.work {
-            if oid.coll == coll && w.onode.is_some() {
-                names.insert(oid.name.clone());
+            if oid.coll == coll {
+                if w.onode.is_some() {
+                    names.insert(oid.name.clone());
+                } else {
+                    names.remove(&oid.name);
+                }
             }
         }
-        for name in names {
+        Ok(names)
+    }
+
+    /// Move every object `split_destination` sends elsewhere.
+    fn split_collection(&mut self, coll: Collection, pg_num: u32) -> Result<(), StoreError> {
+        for name in self.names_in(coll)? {
+            if let Some(to) = cairn_store::split_destination(coll, pg_num, &name) {
+                let from = ObjectId::new(coll, name);
+                let to = ObjectId::new(to, from.name.clone());
+                self.move_object(&from, &to)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_collection(&mut self, coll: Collection) -> Result<(), StoreError> {
+        for name in self.names_in(coll)? {
             self.remove(&ObjectId::new(coll, name))?;
         }
         for prefix in [keys::LOG, keys::COLL_ATTR] {

@@ -37,7 +37,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 
 pub use cairn_types::{PgId, Version};
-pub use txn::{Transaction, TxOp};
+pub use txn::{split_destination, Transaction, TxOp, INTERNAL_PREFIX};
 
 /// A collection of objects; in an OSD, one per placement group.
 pub type Collection = PgId;

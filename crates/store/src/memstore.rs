@@ -134,12 +134,12 @@ impl ObjectStore for MemStore {
                     inner.data.remove(oid);
                 }
                 DataOp::RemoveCollection { coll } => inner.data.retain(|oid, _| oid.coll != coll),
-                DataOp::Rename { from, to } => match inner.data.remove(from) {
+                DataOp::Rename { from, to } => match inner.data.remove(&from) {
                     Some(data) => {
-                        inner.data.insert(to.clone(), data);
+                        inner.data.insert(to, data);
                     }
                     None => {
-                        inner.data.remove(to);
+                        inner.data.remove(&to);
                     }
                 },
             }

@@ -41,10 +41,7 @@ pub(crate) enum DataOp<'a> {
     RemoveCollection { coll: Collection },
     /// The bytes of `from` become those of `to`, replacing what `to` had
     /// (nothing, if `from` has no bytes).
-    Rename {
-        from: &'a ObjectId,
-        to: &'a ObjectId,
-    },
+    Rename { from: ObjectId, to: ObjectId },
 }
 
 /// One object's metadata.
@@ -262,6 +259,46 @@ impl Meta {
         }
     }
 
+    /// Give `from`'s metadata the id `to`, replacing `to`'s; false if
+    /// `from` does not exist.
+    fn move_object(&mut self, from: &ObjectId, to: &ObjectId) -> bool {
+        let exists = self
+            .colls
+            .get(&from.coll)
+            .is_some_and(|c| c.objects.contains_key(&from.name));
+        if !exists {
+            return false;
+        }
+        Self::remove_meta(&mut self.colls, &mut self.totals, to);
+        let moved = self
+            .colls
+            .get_mut(&from.coll)
+            .and_then(|c| Arc::make_mut(c).objects.remove(&from.name));
+        if let Some(meta) = moved {
+            let coll = Arc::make_mut(self.colls.entry(to.coll).or_default());
+            coll.objects.insert(to.name.clone(), meta);
+        }
+        self.gc_coll(from.coll);
+        true
+    }
+
+    /// The moves a split of `coll` for `pg_num` makes now.
+    pub fn split_moves(&self, coll: Collection, pg_num: u32) -> Vec<(ObjectId, ObjectId)> {
+        let Some(c) = self.colls.get(&coll) else {
+            return Vec::new();
+        };
+        c.objects
+            .keys()
+            .filter_map(|name| {
+                let to = crate::split_destination(coll, pg_num, name)?;
+                Some((
+                    ObjectId::new(coll, name.clone()),
+                    ObjectId::new(to, name.clone()),
+                ))
+            })
+            .collect()
+    }
+
     fn gc_coll(&mut self, coll: Collection) {
         if self.colls.get(&coll).is_some_and(|c| c.is_empty()) {
             self.colls.remove(&coll);
@@ -384,24 +421,19 @@ impl Meta {
                 }
             }
             TxOp::Move { from, to } => {
-                let exists = self
-                    .colls
-                    .get(&from.coll)
-                    .is_some_and(|c| c.objects.contains_key(&from.name));
-                if !exists {
-                    return;
+                if self.move_object(from, to) {
+                    out.push(DataOp::Rename {
+                        from: from.clone(),
+                        to: to.clone(),
+                    });
                 }
-                Self::remove_meta(&mut self.colls, totals, to);
-                let moved = self
-                    .colls
-                    .get_mut(&from.coll)
-                    .and_then(|c| Arc::make_mut(c).objects.remove(&from.name));
-                if let Some(meta) = moved {
-                    let coll = Arc::make_mut(self.colls.entry(to.coll).or_default());
-                    coll.objects.insert(to.name.clone(), meta);
+            }
+            TxOp::SplitCollection { coll, pg_num } => {
+                for (from, to) in self.split_moves(*coll, *pg_num) {
+                    if self.move_object(&from, &to) {
+                        out.push(DataOp::Rename { from, to });
+                    }
                 }
-                out.push(DataOp::Rename { from, to });
-                self.gc_coll(from.coll);
             }
             TxOp::CollSetAttr { coll, key, value } => {
                 let c = Arc::make_mut(self.colls.entry(*coll).or_default());

@@ -85,6 +85,31 @@ pub enum TxOp {
         from: ObjectId,
         to: ObjectId,
     },
+    /// Split PG collection `coll` for its pool's new `pg_num`: every
+    /// client object of `coll` whose PG under `pg_num` is another one
+    /// moves, as by [`TxOp::Move`], to that PG's collection (see
+    /// [`split_destination`]). The store decides which objects move when
+    /// it applies the op, so objects created by transactions submitted
+    /// before it move too. The collection's log and attributes stay.
+    SplitCollection {
+        coll: Collection,
+        pg_num: u32,
+    },
+}
+
+/// Names starting with this character are a PG's own metadata objects
+/// (clients may not use control characters): a split leaves them in place.
+pub const INTERNAL_PREFIX: char = '\u{1}';
+
+/// Where a split of `coll` for `pg_num` puts object `name`: `None` if it
+/// stays. An object belongs to the PG its placement hash picks — the
+/// same function clients use to address it.
+pub fn split_destination(coll: Collection, pg_num: u32, name: &str) -> Option<Collection> {
+    if name.starts_with(INTERNAL_PREFIX) {
+        return None;
+    }
+    let seed = cairn_placement::pg_seed(name, pg_num);
+    (seed != coll.seed).then(|| Collection::new(coll.pool, seed))
 }
 
 impl TxOp {
@@ -106,7 +131,8 @@ impl TxOp {
             TxOp::LogAppend { .. }
             | TxOp::LogTrim { .. }
             | TxOp::CollSetAttr { .. }
-            | TxOp::RemoveCollection { .. } => None,
+            | TxOp::RemoveCollection { .. }
+            | TxOp::SplitCollection { .. } => None,
         }
     }
 }
@@ -222,6 +248,10 @@ impl Transaction {
         })
     }
 
+    pub fn split_collection(&mut self, coll: Collection, pg_num: u32) -> &mut Self {
+        self.push(TxOp::SplitCollection { coll, pg_num })
+    }
+
     pub fn remove_collection(&mut self, coll: Collection) -> &mut Self {
         self.push(TxOp::RemoveCollection { coll })
     }
@@ -242,6 +272,13 @@ impl Transaction {
                 TxOp::Truncate { oid, size } => check_range(oid, *size, 0)?,
                 TxOp::Move { from, to } if from == to || to.name.is_empty() => {
                     return Err(StoreError::Invalid(format!("cannot move {from} to {to}")));
+                }
+                TxOp::SplitCollection { coll, pg_num }
+                    if !pg_num.is_power_of_two() || coll.seed >= *pg_num =>
+                {
+                    return Err(StoreError::Invalid(format!(
+                        "cannot split {coll} for pg_num {pg_num} (a power of two above its seed)"
+                    )));
                 }
                 _ => {}
             }

@@ -70,6 +70,7 @@ macro_rules! conformance_tests {
             remove_collection_removes_everything,
             move_carries_everything_and_replaces_target,
             moves_in_one_transaction_apply_in_order,
+            split_moves_objects_to_their_pgs,
             transaction_applies_atomically_in_order,
             submission_order_with_many_in_flight,
             invalid_transaction_changes_nothing,
@@ -109,6 +110,7 @@ pub async fn run_all(make: &mut dyn FnMut() -> Box<dyn Harness>) {
     remove_collection_removes_everything(&mut *make()).await;
     move_carries_everything_and_replaces_target(&mut *make()).await;
     moves_in_one_transaction_apply_in_order(&mut *make()).await;
+    split_moves_objects_to_their_pgs(&mut *make()).await;
     transaction_applies_atomically_in_order(&mut *make()).await;
     submission_order_with_many_in_flight(&mut *make()).await;
     invalid_transaction_changes_nothing(&mut *make()).await;

@@ -121,3 +121,95 @@ async fn check_in_order(s: &dyn ObjectStore, names: &[ObjectId]) {
     assert_eq!(ok(s.list_objects(C1), "list").len(), 10);
     assert_eq!(ok(s.list_objects(C2), "list").len(), 11);
 }
+
+/// A split moves each client object to the collection its placement
+/// hash picks under the new pg_num, objects written by earlier
+/// transactions still in flight included; metadata objects, the log and
+/// the attributes stay.
+pub async fn split_moves_objects_to_their_pgs(h: &mut dyn Harness) {
+    let s = h.open();
+    let parent = PgId::new(3, 1);
+    // Objects of PG 3.1 while the pool has 2 PGs.
+    let names: Vec<String> = (0..400)
+        .map(|i| format!("rbd_data.{i:04}"))
+        .filter(|n| crate::split_destination(parent, 2, n).is_none())
+        .take(60)
+        .collect();
+    assert_eq!(names.len(), 60);
+    let meta = oid(parent, "\u{1}meta");
+    commit(
+        &*s,
+        txn(|t| {
+            t.omap_set(&meta, vec![("k".into(), Bytes::from_static(b"v"))])
+                .log_append(parent, Version::new(1, 1), Bytes::from_static(b"e"))
+                .coll_set_attr(parent, "info", Bytes::from_static(b"i"));
+        }),
+    )
+    .await;
+    // Submitted, not waited for: the split must still see them.
+    let mut pending = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let t = txn(|t| {
+            t.write(&oid(parent, name), 0, pattern(i as u8, 5000 + i))
+                .set_attr(&oid(parent, name), "_v", Bytes::from(name.clone()));
+        });
+        pending.push(ok(s.submit(t), "submit"));
+    }
+    let refused = s.submit(tx(|t| t.split_collection(parent, 3)));
+    assert!(matches!(refused, Err(StoreError::Invalid(_))), "pg_num 3");
+    let refused = s.submit(tx(|t| t.split_collection(PgId::new(3, 9), 8)));
+    assert!(
+        matches!(refused, Err(StoreError::Invalid(_))),
+        "seed 9 of 8"
+    );
+    commit(&*s, tx(|t| t.split_collection(parent, 8))).await;
+    for p in pending {
+        ok(p.await, "write");
+    }
+    check_split(&*s, parent, &names).await;
+    if h.durable() {
+        drop(s);
+        check_split(&*h.open(), parent, &names).await;
+    }
+}
+
+async fn check_split(s: &dyn ObjectStore, parent: PgId, names: &[String]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let home = crate::split_destination(parent, 8, name).unwrap_or(parent);
+        assert_eq!(home.seed, cairn_placement::pg_seed(name, 8), "{name}");
+        seen.insert(home.seed);
+        for c in [1, 3, 5, 7] {
+            let here = oid(PgId::new(3, c), name);
+            if c == home.seed {
+                assert_eq!(read(s, &here, 0, 1 << 20).await, pattern(i as u8, 5000 + i));
+                assert_eq!(
+                    ok(s.get_attr(&here, "_v"), "attr"),
+                    Some(name.as_bytes().to_vec())
+                );
+            } else {
+                assert!(
+                    matches!(s.stat(&here), Err(StoreError::NotFound(_))),
+                    "{here}"
+                );
+            }
+        }
+    }
+    assert_eq!(seen.len(), 4, "60 objects land in all four PGs");
+    let in_parent = ok(s.list_objects(parent), "list");
+    assert!(in_parent.contains(&"\u{1}meta".to_string()));
+    assert_eq!(
+        ok(s.omap_list(&oid(parent, "\u{1}meta"), None, 9), "omap").len(),
+        1
+    );
+    assert_eq!(ok(s.read_log(parent), "log").len(), 1);
+    assert_eq!(
+        ok(s.coll_get_attr(parent, "info"), "attr"),
+        Some(b"i".to_vec())
+    );
+    let total: usize = [1, 3, 5, 7]
+        .iter()
+        .map(|&c| ok(s.list_objects(PgId::new(3, c)), "list").len())
+        .sum();
+    assert_eq!(total, names.len() + 1);
+}

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::meta::{growth_estimate, DataOp};
-use crate::{Result, StoreError, Transaction, TxOp};
+use crate::{ObjectId, Result, StoreError, Transaction, TxOp};
 
 use super::checkpoint::{self, Dirty, InFlight, Job};
 use super::journal::{self, AppendError, Found, Journal};
@@ -422,19 +422,45 @@ fn journal_keep(shared: &Shared) -> u64 {
 }
 
 fn has_move(txn: &Transaction) -> bool {
-    txn.ops.iter().any(|op| matches!(op, TxOp::Move { .. }))
+    txn.ops
+        .iter()
+        .any(|op| matches!(op, TxOp::Move { .. } | TxOp::SplitCollection { .. }))
 }
 
 /// The transaction with each move turned into the copy it makes: the
 /// target replaced by the source's bytes, attributes and omap, then the
-/// source removed. Journaled that way, a replay redoes the copy from the
-/// journal's bytes, whatever the object files hold by then. Needs every
-/// transaction before it applied (a move runs alone in its batch).
+/// source removed (a split, into the moves it makes). Journaled that way,
+/// a replay redoes the copy from the journal's bytes, whatever the object
+/// files hold by then; the price is that a split's moved bytes pass
+/// through memory and the journal. Needs every transaction before it
+/// applied (a move runs alone in its batch), and no op of its own
+/// transaction changing an object before it moves.
 fn expand_moves(shared: &Shared, txn: &Transaction) -> Result<Transaction> {
+    let mut moves = Vec::new();
+    for op in &txn.ops {
+        match op {
+            TxOp::SplitCollection { coll, pg_num } => {
+                let moving = |oid: &ObjectId| {
+                    oid.coll == *coll
+                        && crate::split_destination(*coll, *pg_num, &oid.name).is_some()
+                };
+                if txn.ops.iter().filter_map(TxOp::object).any(moving) {
+                    return Err(StoreError::Invalid(format!(
+                        "a split of {coll} and changes to objects it moves in one transaction \
+                         (unsupported by the FileStore)"
+                    )));
+                }
+                for (from, to) in shared.meta.read().split_moves(*coll, *pg_num) {
+                    moves.push(TxOp::Move { from, to });
+                }
+            }
+            op => moves.push(op.clone()),
+        }
+    }
     let mut out = Transaction::new();
     let mut touched = std::collections::HashSet::new();
     let mut removed_colls = std::collections::HashSet::new();
-    for op in &txn.ops {
+    for op in &moves {
         let TxOp::Move { from, to } = op else {
             touched.extend(op.object());
             if let TxOp::RemoveCollection { coll } = op {
