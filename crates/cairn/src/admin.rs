@@ -29,6 +29,14 @@ pub enum PoolCmd {
         #[arg(long)]
         rule: Option<String>,
     },
+    /// Change a pool setting: `pg_num N` splits every PG of the pool
+    /// online (a power of two, larger than now).
+    Set {
+        name: String,
+        /// The setting: pg_num.
+        key: String,
+        value: String,
+    },
     /// List pools.
     Ls,
     /// Remove a pool and everything in it (needs --yes-i-really-mean-it).
@@ -208,6 +216,7 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             )
         }
         PoolCmd::Ls => (MonCommand::PoolLs, true),
+        PoolCmd::Set { name, key, value } => (MonCommand::PoolSet { name, key, value }, false),
         PoolCmd::Rm {
             name,
             yes_i_really_mean_it,

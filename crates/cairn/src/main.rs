@@ -64,7 +64,7 @@ enum Command {
         #[arg(value_parser = ["detail"])]
         detail: Option<String>,
     },
-    /// Pools: create, list, remove.
+    /// Pools: create, list, change, remove.
     #[command(subcommand)]
     Pool(admin::PoolCmd),
     /// Placement groups.

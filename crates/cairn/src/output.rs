@@ -232,6 +232,10 @@ pub fn describe_change(v: &Value) -> String {
     if let Some(name) = v.get("removed") {
         return format!("removed pool {}", s(name));
     }
+    if let Some(key) = v.get("set") {
+        let key = s(key);
+        return format!("set pool {} {key} {}", s(&v["name"]), s(&v[key.as_str()]));
+    }
     if v.get("pg_num").is_some() {
         return format!(
             "created pool {} (id {}, size {}, min_size {}, pg_num {}, rule {})",

@@ -206,7 +206,9 @@ impl Cluster {
                             return Err(ClientError::MonLost);
                         }
                         let new_map = map_rx.borrow().clone();
-                        let moved = new_map.pool(pool_id).map(|_| new_map.acting(pg)) != Some(acting.clone());
+                        // Resend if the PG moved, or the object is in another PG now (a split).
+                        let moved = new_map.pool(pool_id).map(|p| (new_map.object_pg(p, oid), new_map.acting(pg)))
+                            != Some((pg, acting.clone()));
                         if moved {
                             conn.forget(tid);
                             break;

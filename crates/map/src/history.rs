@@ -18,7 +18,8 @@
 //! holds every object) in a later interval: from then on, that interval's
 //! members alone hold everything that was ever acknowledged, and the older
 //! intervals are forgotten. A PG with no entry has not changed interval
-//! since it was last recovered.
+//! since it was last recovered. A PG created by a split inherits its
+//! parent's history, the interval the split closed included.
 
 use cairn_types::{Epoch, OsdId, PgId};
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,35 @@ impl ClusterMap {
             });
             entry.same_interval_since = self.epoch;
             push_interval(&mut entry.intervals, closed);
+        }
+        self.seed_split_history(prev);
+    }
+
+    /// A PG split off by a pg_num increase starts with its parent's
+    /// history, the parent's interval that the split closed included: its
+    /// objects are wherever the parent's were, and its primary must hear
+    /// from them before serving.
+    fn seed_split_history(&mut self, prev: &ClusterMap) {
+        let grown: Vec<(cairn_types::PoolId, u32, u32)> = self
+            .pools
+            .values()
+            .filter_map(|p| {
+                let old = prev.pools.get(&p.id)?.pg_num;
+                (p.pg_num > old).then_some((p.id, old, p.pg_num))
+            })
+            .collect();
+        for (pool, old, new) in grown {
+            for seed in old..new {
+                let parent = PgId::new(pool, seed & (old - 1));
+                let Some(history) = self.pg_history.get(&parent).cloned() else {
+                    continue;
+                };
+                assert_eq!(
+                    history.same_interval_since, self.epoch,
+                    "pg {parent} split without a new interval"
+                );
+                self.pg_history.insert(PgId::new(pool, seed), history);
+            }
         }
     }
 
@@ -339,5 +369,49 @@ mod tests {
         map.epoch += 1;
         map.mark_down(0);
         assert!(map.mark_lost(0).unwrap(), "lost again after a boot");
+    }
+
+    #[test]
+    fn a_split_child_inherits_its_parents_history() {
+        let map = map_with(5);
+        let parent = PgId::new(1, 3);
+        let primary = map.acting(parent).osds[0];
+        let old_acting = map.acting(parent).osds;
+        let map = step(&map, |m| {
+            m.set_up_thru(primary, 2);
+        });
+        let map = step(&map, |m| {
+            assert!(m.set_pg_num("rbd", 32).unwrap());
+        });
+        assert_eq!(map.pools[&1].pg_num, 32);
+        let h = &map.pg_history[&parent];
+        assert_eq!(h.same_interval_since, map.epoch);
+        assert_eq!(h.intervals.last().unwrap().acting, old_acting);
+        assert!(h.intervals.last().unwrap().maybe_went_rw);
+        for seed in [11, 19, 27] {
+            let child = PgId::new(1, seed);
+            assert_eq!(map.pg_history.get(&child), Some(h), "child {child}");
+            assert_eq!(map.rw_intervals(child).count(), 1);
+        }
+        assert_eq!(map.pg_history.len(), 32, "every PG of the pool split");
+        // The next change keeps the children's history.
+        let map = step(&map, |m| {
+            m.set_up_thru(primary, 9);
+        });
+        assert!(map.pg_history.contains_key(&PgId::new(1, 27)));
+    }
+
+    #[test]
+    fn pg_num_only_grows_by_powers_of_two() {
+        let mut map = map_with(3);
+        let err = |r: Result<bool, crate::MapError>| r.unwrap_err().to_string();
+        assert!(err(map.set_pg_num("rbd", 12)).contains("power of two"));
+        assert!(err(map.set_pg_num("rbd", 4)).contains("merging"));
+        assert!(err(map.set_pg_num("rbd", 1 << 20)).contains("power of two"));
+        assert!(err(map.set_pg_num("nope", 16)).contains("does not exist"));
+        assert_eq!(map.pools[&1].pg_num, 8);
+        assert!(!map.set_pg_num("rbd", 8).unwrap());
+        assert!(map.set_pg_num("rbd", 16).unwrap());
+        assert_eq!(map.all_pgs().count(), 16);
     }
 }

@@ -472,6 +472,39 @@ impl ClusterMap {
         Ok(id)
     }
 
+    /// Raise pool `name`'s pg_num to `pg_num` (a power of two): every PG
+    /// splits into the PGs its objects' placement hash picks under the new
+    /// number (seed `s` of `n` PGs into seeds `s + k·n`). The OSDs holding a
+    /// parent split their copy when they see this map, and each child's
+    /// history starts with its parent's (see [`history`]), so the child's
+    /// primary finds the copies wherever CRUSH now places it. Returns
+    /// whether anything changed; shrinking (merging PGs) is refused.
+    pub fn set_pg_num(&mut self, name: &str, pg_num: u32) -> Result<bool, MapError> {
+        let pool = self
+            .pools
+            .values_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| MapError::NoSuchPool(name.into()))?;
+        if !pg_num.is_power_of_two() || pg_num > MAX_PG_NUM {
+            return Err(MapError::Invalid(format!(
+                "pg_num {pg_num} must be a power of two between 1 and {MAX_PG_NUM}"
+            )));
+        }
+        if pg_num < pool.pg_num {
+            return Err(MapError::Invalid(format!(
+                "pg_num {pg_num} is smaller than pool '{name}''s {}: PGs can only split, \
+                 merging them is not supported",
+                pool.pg_num
+            )));
+        }
+        if pg_num == pool.pg_num {
+            return Ok(false);
+        }
+        pool.pg_num = pg_num;
+        self.placements.clear();
+        Ok(true)
+    }
+
     pub fn remove_pool(&mut self, name: &str) -> Result<PoolId, MapError> {
         let id = self
             .pool_by_name(name)

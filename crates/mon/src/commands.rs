@@ -84,6 +84,19 @@ impl Monitor {
             }
             MonCommand::OsdTree => Ok(crate::crush_commands::osd_tree(&st.map)),
             MonCommand::OsdCrush(cmd) => self.crush_command(&mut st, cmd)?,
+            MonCommand::PoolSet { name, key, value } => {
+                self.update(&mut st, |map| match pool_set(map, &name, &key, &value) {
+                    Ok(changed) => {
+                        let pool = map.pool_by_name(&name).map(|p| {
+                            let mut v = crate::crush_commands::pool_json(map, p);
+                            v["set"] = json!(key);
+                            v
+                        });
+                        (changed, Ok(pool.unwrap_or_default()))
+                    }
+                    Err(e) => (false, Err(e)),
+                })?
+            }
             MonCommand::PoolRm { name } => {
                 self.update(&mut st, |map| match map.remove_pool(&name) {
                     Ok(id) => (true, Ok(json!({ "removed": name, "id": id }))),
@@ -92,6 +105,19 @@ impl Monitor {
             }
         };
         Ok(value.map(|v| v.to_string()))
+    }
+}
+
+/// `pool set NAME KEY VALUE`: whether the map changed, or why not.
+fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<bool, String> {
+    match key {
+        "pg_num" => {
+            let pg_num: u32 = value
+                .parse()
+                .map_err(|_| format!("pg_num must be a number, not '{value}'"))?;
+            map.set_pg_num(name, pg_num).map_err(|e| e.to_string())
+        }
+        other => Err(format!("unknown pool setting '{other}' (settable: pg_num)")),
     }
 }
 

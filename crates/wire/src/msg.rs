@@ -135,6 +135,12 @@ pub enum MonCommand {
     PoolRm {
         name: String,
     },
+    /// Change one setting of a pool (`pg_num`), given as text.
+    PoolSet {
+        name: String,
+        key: String,
+        value: String,
+    },
     PoolLs,
     PgLs,
     /// One PG: its mapping, state, past intervals and what it waits for.

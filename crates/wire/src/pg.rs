@@ -77,13 +77,19 @@ pub struct PgInfo {
     /// (seconds since the Unix epoch; 0: never).
     pub last_scrub: u64,
     pub last_deep_scrub: u64,
+    /// The pool's pg_num this copy was split for: a member whose copy has
+    /// a smaller one (it missed a split while down) splits it before
+    /// anything else. 0 in a blank PG before the OSD has a map.
+    pub pg_num: u32,
 }
 
 impl PgInfo {
-    /// The info of a member that holds nothing of the PG yet.
-    pub fn empty(pg: PgId) -> Self {
+    /// The info of a member that holds nothing of the PG yet, in a pool of
+    /// `pg_num` PGs.
+    pub fn empty(pg: PgId, pg_num: u32) -> Self {
         Self {
             pg,
+            pg_num,
             last_update: Version::ZERO,
             log_tail: Version::ZERO,
             last_epoch_started: 0,

@@ -23,20 +23,39 @@ pub type Missing = BTreeMap<String, Version>;
 pub struct PgLog {
     entries: VecDeque<LogEntry>,
     tail: Version,
+    /// The PG's last update as of this log: the newest entry's version, or
+    /// newer in a PG split off another, whose log holds only the entries
+    /// of its own objects (the parent's head is its head).
+    head: Version,
     reqids: HashMap<ReqId, Version>,
 }
 
 impl PgLog {
-    /// A log of `entries` (sorted, all after `tail`).
+    /// A log of `entries` (sorted, all after `tail`), ending at the newest.
     pub fn new(tail: Version, entries: Vec<LogEntry>) -> Self {
+        let head = entries.last().map_or(tail, |e| e.version);
+        Self::with_head(tail, head, entries)
+    }
+
+    /// A log of `entries` (sorted, all in `(tail, head]`) covering the
+    /// versions up to `head`.
+    pub fn with_head(tail: Version, head: Version, entries: Vec<LogEntry>) -> Self {
+        assert!(head >= tail, "log head {head} before its tail {tail}");
         let mut log = PgLog {
             entries: VecDeque::with_capacity(entries.len()),
             tail,
+            head: tail,
             reqids: HashMap::new(),
         };
         for entry in entries {
             log.append(entry);
         }
+        assert!(
+            log.head <= head,
+            "log entry {} after the log's head {head}",
+            log.head
+        );
+        log.head = head;
         log
     }
 
@@ -44,9 +63,19 @@ impl PgLog {
         self.tail
     }
 
-    /// The newest entry's version (the tail when empty).
+    /// The version up to which this log covers the PG's history.
     pub fn head(&self) -> Version {
-        self.entries.back().map_or(self.tail, |e| e.version)
+        self.head
+    }
+
+    /// The log split by object: entries `keep` accepts stay, the others
+    /// go to the returned log; both keep this log's tail and head.
+    pub fn split_off(&mut self, mut keep: impl FnMut(&LogEntry) -> bool) -> PgLog {
+        let (stay, go): (Vec<LogEntry>, Vec<LogEntry>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| keep(e));
+        *self = PgLog::with_head(self.tail, self.head, stay);
+        PgLog::with_head(self.tail, self.head, go)
     }
 
     pub fn len(&self) -> usize {
@@ -91,6 +120,7 @@ impl PgLog {
             entry.version,
             self.head()
         );
+        self.head = entry.version;
         if let Some(reqid) = entry.reqid {
             self.reqids.insert(reqid, entry.version);
         }
@@ -149,13 +179,14 @@ pub enum MergeError {
     },
 }
 
-/// Merge the authoritative log (`auth_tail`, `auth`) into `mine` (with its
-/// missing set). `local_version` gives an object's version in the member's
+/// Merge the authoritative log (`auth_tail`, `auth`, up to `auth_head`)
+/// into `mine` (with its missing set). `local_version` gives an object's version in the member's
 /// store (`None`: absent), so objects already right are not fetched.
 pub fn merge(
     mine: &PgLog,
     my_missing: &Missing,
     auth_tail: Version,
+    auth_head: Version,
     auth: &[LogEntry],
     local_version: impl Fn(&str) -> Option<Version>,
 ) -> Result<Merged, MergeError> {
@@ -258,7 +289,8 @@ pub fn merge(
         .cloned()
         .collect();
     kept.extend(newer.into_iter().cloned());
-    let log = PgLog::new(mine.tail(), kept);
+    let head = kept.last().map_or(auth_head, |e| e.version.max(auth_head));
+    let log = PgLog::with_head(mine.tail(), head.max(mine.tail()), kept);
     Ok(Merged {
         log,
         missing,
@@ -271,6 +303,11 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The head of an authoritative log of `entries` after `tail`.
+    fn last(entries: &[LogEntry], tail: Version) -> Version {
+        entries.last().map_or(tail, |e| e.version)
+    }
 
     fn v(epoch: u32, counter: u64) -> Version {
         Version::new(epoch, counter)
@@ -312,7 +349,15 @@ mod tests {
             "b" => Some(v(1, 2)),
             _ => None,
         };
-        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, local).unwrap();
+        let merged = merge(
+            &mine,
+            &Missing::new(),
+            Version::ZERO,
+            last(&auth, Version::ZERO),
+            &auth,
+            local,
+        )
+        .unwrap();
         assert_eq!(merged.log.head(), v(2, 5));
         assert_eq!(merged.log.len(), 5);
         assert_eq!(
@@ -341,7 +386,15 @@ mod tests {
             "x" => Some(v(1, 3)),
             _ => None,
         };
-        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, local).unwrap();
+        let merged = merge(
+            &mine,
+            &Missing::new(),
+            Version::ZERO,
+            last(&auth, Version::ZERO),
+            &auth,
+            local,
+        )
+        .unwrap();
         assert_eq!(merged.divergent, 2);
         assert!(merged.rewritten);
         assert_eq!(
@@ -366,9 +419,14 @@ mod tests {
             modify(v(1, 1), Version::ZERO, "a"),
             delete(v(2, 2), v(1, 1), "a"),
         ];
-        let merged = merge(&mine, &Missing::new(), Version::ZERO, &auth, |_| {
-            Some(v(1, 2))
-        })
+        let merged = merge(
+            &mine,
+            &Missing::new(),
+            Version::ZERO,
+            last(&auth, Version::ZERO),
+            &auth,
+            |_| Some(v(1, 2)),
+        )
         .unwrap();
         assert!(merged.missing.is_empty());
         assert_eq!(merged.remove, vec!["a".to_string()]);
@@ -379,7 +437,15 @@ mod tests {
         let mine = PgLog::new(Version::ZERO, vec![modify(v(1, 1), Version::ZERO, "a")]);
         let auth = vec![modify(v(2, 5), Version::ZERO, "b")];
         assert_eq!(
-            merge(&mine, &Missing::new(), v(2, 4), &auth, |_| None).unwrap_err(),
+            merge(
+                &mine,
+                &Missing::new(),
+                v(2, 4),
+                last(&auth, v(2, 4)),
+                &auth,
+                |_| None
+            )
+            .unwrap_err(),
             MergeError::Behind {
                 head: v(1, 1),
                 auth_tail: v(2, 4)
@@ -395,7 +461,14 @@ mod tests {
         );
         let auth = vec![modify(v(1, 6), Version::ZERO, "c")];
         assert!(matches!(
-            merge(&mine, &Missing::new(), v(1, 5), &auth, |_| None),
+            merge(
+                &mine,
+                &Missing::new(),
+                v(1, 5),
+                last(&auth, v(1, 5)),
+                &auth,
+                |_| None
+            ),
             Err(MergeError::DivergesBeforeTail { .. })
         ));
     }
@@ -408,9 +481,14 @@ mod tests {
         ];
         let mine = PgLog::new(Version::ZERO, entries.clone());
         let missing = Missing::from([("a".to_string(), v(1, 1))]);
-        let merged = merge(&mine, &missing, Version::ZERO, &entries, |oid| {
-            (oid == "b").then_some(v(1, 2))
-        })
+        let merged = merge(
+            &mine,
+            &missing,
+            Version::ZERO,
+            last(&entries, Version::ZERO),
+            &entries,
+            |oid| (oid == "b").then_some(v(1, 2)),
+        )
         .unwrap();
         assert_eq!(merged.missing, missing);
         assert!(merged.remove.is_empty());

@@ -20,6 +20,7 @@ pub mod persist;
 mod recovery;
 mod replica;
 mod scrub;
+mod split;
 mod stats;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -307,12 +308,12 @@ pub struct Pg {
 
 impl Pg {
     /// The PG as this OSD's store holds it (blank if it holds nothing, or
-    /// damaged if what it holds cannot be read).
-    pub(crate) fn load(id: PgId, io: &dyn OsdIo) -> Pg {
+    /// damaged if what it holds cannot be read), in a pool of `pg_num` PGs.
+    pub(crate) fn load(id: PgId, io: &dyn OsdIo, pg_num: u32) -> Pg {
         let (info, log, missing, damaged, holds) = match persist::load(io.store(), id) {
             Ok(Some(loaded)) => (loaded.info, loaded.log, loaded.missing, None, true),
             Ok(None) => (
-                PgInfo::empty(id),
+                PgInfo::empty(id, pg_num),
                 PgLog::default(),
                 Missing::new(),
                 None,
@@ -322,9 +323,8 @@ impl Pg {
                 tracing::error!(
                     "{e}; this OSD's copy is not served and will be rebuilt from peers"
                 );
-                let info = PgInfo::empty(id);
                 (
-                    info,
+                    PgInfo::empty(id, pg_num),
                     PgLog::default(),
                     Missing::new(),
                     Some(e.to_string()),
@@ -332,17 +332,26 @@ impl Pg {
                 )
             }
         };
-        let objects_estimate = io
-            .store()
-            .list_objects(id)
-            .map(|names| names.iter().filter(|n| !persist::is_internal(n)).count() as u64)
-            .unwrap_or(0);
+        let mut pg = Pg::from_parts(id, info, log, missing, holds);
+        pg.damaged = damaged;
+        pg.recount(io);
+        pg
+    }
+
+    /// A PG in no interval yet, with this persistent state.
+    pub(crate) fn from_parts(
+        id: PgId,
+        info: PgInfo,
+        log: PgLog,
+        missing: Missing,
+        holds: bool,
+    ) -> Pg {
         Pg {
             id,
             info,
             log,
             missing,
-            damaged,
+            damaged: None,
             holds,
             mapping: PgMapping {
                 up: Vec::new(),
@@ -367,7 +376,7 @@ impl Pg {
             waiting_active: VecDeque::new(),
             strays: BTreeMap::new(),
             counters: Counters::default(),
-            objects_estimate,
+            objects_estimate: 0,
             peered: None,
             retry_at: Duration::ZERO,
             pull_answers: HashMap::new(),

@@ -418,7 +418,14 @@ impl Pg {
                 .ok()
                 .flatten()
         };
-        match log::merge(&self.log, &self.missing, info.log_tail, &entries, local) {
+        match log::merge(
+            &self.log,
+            &self.missing,
+            info.log_tail,
+            info.last_update,
+            &entries,
+            local,
+        ) {
             Ok(merged) => {
                 tracing::info!(
                     "pg {}: merged osd.{from}'s log: head {}, {} missing here, {} divergent",

@@ -123,14 +123,16 @@ pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Loaded>, LoadErr
         }
         entries.push(entry);
     }
-    let head = entries.last().map_or(info.log_tail, |e| e.version);
-    if head != info.last_update {
+    // A split PG's log may end before last_update (the parent's later
+    // entries were for its other objects), never after.
+    let newest = entries.last().map_or(info.log_tail, |e| e.version);
+    if newest > info.last_update || info.last_update < info.log_tail {
         return Err(inconsistent(format!(
-            "log ends at {head} but info says last_update {}",
-            info.last_update
+            "log (tail {}) ends at {newest} but info says last_update {}",
+            info.log_tail, info.last_update
         )));
     }
-    let log = PgLog::new(info.log_tail, entries);
+    let log = PgLog::with_head(info.log_tail, info.last_update, entries);
     let meta = ObjectId::new(pg, PGMETA);
     let mut missing = Missing::new();
     let omap = match store.omap_list(&meta, None, usize::MAX) {

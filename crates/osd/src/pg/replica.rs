@@ -157,8 +157,15 @@ impl Pg {
                 .ok()
                 .flatten()
         };
-        let merged = log::merge(&self.log, &self.missing, auth.log_tail, entries, local)
-            .map_err(|e| e.to_string())?;
+        let merged = log::merge(
+            &self.log,
+            &self.missing,
+            auth.log_tail,
+            auth.last_update,
+            entries,
+            local,
+        )
+        .map_err(|e| e.to_string())?;
         for name in &merged.remove {
             txn.remove(&ObjectId::new(pg, name.clone()));
         }
@@ -197,9 +204,16 @@ impl Pg {
                         .ok()
                         .flatten()
                 };
-                log::merge(&self.log, &self.missing, auth.log_tail, entries, local)
-                    .ok()
-                    .map(|merged| (done_upto.clone(), merged))
+                log::merge(
+                    &self.log,
+                    &self.missing,
+                    auth.log_tail,
+                    auth.last_update,
+                    entries,
+                    local,
+                )
+                .ok()
+                .map(|merged| (done_upto.clone(), merged))
             }
             _ => None,
         };
@@ -220,7 +234,14 @@ impl Pg {
             }
             None => (
                 None,
-                PgLog::new(auth.log_tail, entries.to_vec()),
+                PgLog::with_head(
+                    auth.log_tail,
+                    entries
+                        .last()
+                        .map_or(auth.last_update, |e| e.version.max(auth.last_update))
+                        .max(auth.log_tail),
+                    entries.to_vec(),
+                ),
                 Missing::new(),
             ),
         };
@@ -558,7 +579,7 @@ impl Pg {
         if let Err(e) = self.submit(ctx, txn, Wait::Quiet) {
             return tracing::error!("pg {}: cannot remove stray copy: {e}", self.id);
         }
-        self.info = PgInfo::empty(self.id);
+        self.info = PgInfo::empty(self.id, self.mapping.pg_num);
         self.log = PgLog::default();
         self.missing = Missing::new();
         self.damaged = None;
