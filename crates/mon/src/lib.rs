@@ -252,6 +252,7 @@ impl Monitor {
             Message::OsdBoot {
                 id,
                 addr,
+                cluster_addr,
                 fsid,
                 crush,
             } => {
@@ -269,9 +270,16 @@ impl Monitor {
                 );
                 st.down_since.remove(&id);
                 *booted = Some(id);
-                tracing::info!("osd.{id} booted at {addr} ({})", crush.location);
+                tracing::info!(
+                    "osd.{id} booted at {addr}, cluster {cluster_addr} ({})",
+                    crush.location
+                );
+                let addrs = cairn_map::OsdAddrs {
+                    public: addr,
+                    cluster: cluster_addr,
+                };
                 let refused = self.update(&mut st, |map| {
-                    (true, map.osd_boot_with(id, addr, &crush).err())
+                    (true, map.osd_boot_with(id, addrs, &crush).err())
                 })?;
                 if let Some(e) = refused {
                     tracing::error!("osd.{id}: CRUSH location not applied: {e}");

@@ -32,7 +32,10 @@ pub enum Message {
     // ----- monitor -----
     OsdBoot {
         id: OsdId,
+        /// Public address: for clients, admin tools and the monitor.
         addr: String,
+        /// Cluster address: for other OSDs.
+        cluster_addr: String,
         fsid: String,
         /// Where the OSD is in the CRUSH hierarchy, its device class and size.
         crush: DeviceReport,
@@ -107,6 +110,9 @@ pub enum MonCommand {
     Status,
     GetMap,
     OsdLs,
+    /// The map's OSDs (both addresses, state, CRUSH position), pools and
+    /// `pg_temp` (`cairn osd dump`).
+    OsdDump,
     OsdOut {
         id: OsdId,
     },

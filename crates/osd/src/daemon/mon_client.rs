@@ -64,13 +64,19 @@ impl Osd {
         self.take_map(*first);
         let boot = Message::OsdBoot {
             id: self.id(),
-            addr: self.addr.to_string(),
+            addr: self.public_addr.to_string(),
+            cluster_addr: self.cluster_addr.to_string(),
             fsid,
             crush: self.opts.crush.clone(),
         };
         conn.sender.send(boot.clone());
         *self.mon.lock() = Some(conn.sender.clone());
-        tracing::info!("osd.{} booting at {}", self.id(), self.addr);
+        tracing::info!(
+            "osd.{} booting at {} (cluster {})",
+            self.id(),
+            self.public_addr,
+            self.cluster_addr
+        );
         let heartbeat = tokio::spawn(self.clone().heartbeat_loop(conn.sender.clone()));
         let result = loop {
             match conn.reader.read().await {

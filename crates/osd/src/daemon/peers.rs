@@ -1,5 +1,6 @@
-//! Connections this OSD opens to its peers, one per peer, for the PG
-//! messages it sends them (peers answer on the connections they open).
+//! Connections this OSD opens to its peers' cluster addresses, one per
+//! peer, for the PG messages it sends them (peers answer on the
+//! connections they open).
 //!
 //! A message to a peer with no connection yet starts one and waits for it
 //! (bounded); messages go out in the order they were sent. When a
@@ -77,7 +78,7 @@ impl Peers {
             }
             None => {
                 let map = osd.map.read().clone();
-                let Some(addr) = map.osd_addr(to).map(str::to_string) else {
+                let Some(addr) = map.osd_cluster_addr(to).map(str::to_string) else {
                     drop(links);
                     return self.reset(&osd, to);
                 };
@@ -95,13 +96,13 @@ impl Peers {
         }
     }
 
-    /// Forget links to peers the map shows down or at a new address.
+    /// Forget links to peers the map shows down or at a new cluster address.
     pub fn forget_stale(&self, map: &ClusterMap) {
         self.links.lock().retain(|osd, link| {
             let addr = match link {
                 Link::Connecting { addr, .. } | Link::Up { addr, .. } => addr,
             };
-            map.osd_addr(*osd) == Some(addr.as_str())
+            map.osd_cluster_addr(*osd) == Some(addr.as_str())
         });
     }
 
