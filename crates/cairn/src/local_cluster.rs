@@ -254,6 +254,17 @@ struct Fresh {
     set: Vec<String>,
 }
 
+impl Fresh {
+    /// Apply `--store` and `--set` to `config`.
+    fn apply(&self, config: &mut Config) -> Result<()> {
+        if let Some(store) = &self.store {
+            config.set("osd.store", store).context("--store")?;
+        }
+        config.set_args(&self.set)?;
+        Ok(())
+    }
+}
+
 /// The layout options given to `up`.
 struct LayoutArgs {
     osds: Option<u32>,
@@ -387,10 +398,7 @@ fn new_config(layout: &Layout, net: Option<&HostNet>, fresh: &Fresh) -> Result<C
             config.set(&format!("osd.{id}.cluster_addr"), &cluster)?;
         }
     }
-    if let Some(store) = &fresh.store {
-        config.set("osd.store", store).context("--store")?;
-    }
-    config.set_args(&fresh.set)?;
+    fresh.apply(&mut config)?;
     Ok(config)
 }
 
@@ -415,6 +423,9 @@ fn up(
     let layout = Layout::resolve(asked, recorded.as_ref())?;
     if layout.netns {
         netns::check_usable()?;
+    }
+    if !dir.join("cairn.toml").exists() {
+        fresh.apply(&mut Config::default())?;
     }
     let made_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -460,12 +471,12 @@ fn up(
         );
         if let Some(net) = &net {
             println!(
-                "hosts h1..h{} in network namespaces cairn-{}-hK; public network {}/24, \
-                 cluster network {}/24",
+                "hosts h1..h{} in network namespaces cairn-{}-hK; public network {}, \
+                 cluster network {}",
                 net.hosts,
                 net.tag,
-                net.ip(Net::Public, 0),
-                net.ip(Net::Cluster, 0)
+                net.network(Net::Public),
+                net.network(Net::Cluster)
             );
         }
         println!("use it with: export CAIRN_CONF={}", conf_path.display());
@@ -724,6 +735,12 @@ fn set_links(dir: &Path, host: Option<&str>, network: &str, up: bool) -> Result<
             dir.display()
         );
     };
+    if !net.is_complete()? {
+        bail!(
+            "the host network of the cluster in {} is not up (start it with `cairn cluster up`)",
+            dir.display()
+        );
+    }
     let hosts: Vec<u32> = match host {
         None => (1..=net.hosts).collect(),
         Some(name) => {

@@ -126,6 +126,12 @@ impl HostNet {
         Ipv4Addr::new(10, a, third, last)
     }
 
+    /// `net` as `10.a.b.0/24`.
+    pub fn network(&self, net: Net) -> String {
+        let host = self.ip(net, 0).octets();
+        format!("{}.{}.{}.0/24", host[0], host[1], host[2])
+    }
+
     /// Where the monitor listens: the public bridge's address.
     pub fn mon_ip(&self) -> Ipv4Addr {
         self.ip(Net::Public, 0)
@@ -211,34 +217,40 @@ impl HostNet {
         Ok(())
     }
 
-    /// Remove every namespace, link and bridge of this network that
+    /// Remove every link, namespace and bridge of this network that
     /// exists (the OSDs inside must be stopped first). Goes on past
     /// failures; returns how many objects it removed, or the failures.
     pub fn remove(&self) -> Result<usize> {
-        let names = link_names()?;
+        let links = link_names()?;
         let namespaces = namespace_names()?;
         let mut removed = 0;
         let mut failures = Vec::new();
+        let mut del = |args: &[&str]| match ip(args) {
+            Ok(()) => removed += 1,
+            // Gone meanwhile (a namespace's links go with it, later).
+            Err(e) if format!("{e:#}").contains("Cannot find device") => {}
+            Err(e) => failures.push(format!("{e:#}")),
+        };
+        // Veths first: deleting one end deletes both at once, while a
+        // deleted namespace lets go of its links only some time later.
         for host in 1..=self.hosts {
-            let ns = self.namespace(host);
-            // Removing a namespace removes its veths, both ends.
-            if namespaces.contains(&ns) {
-                match ip(&["netns", "del", &ns]) {
-                    Ok(()) => removed += 1,
-                    Err(e) => failures.push(format!("{e:#}")),
+            for net in Net::BOTH {
+                let veth = self.veth(host, net);
+                if links.contains(&veth) {
+                    del(&["link", "del", &veth]);
                 }
             }
         }
-        let names_now = link_names().unwrap_or(names);
-        let links = (1..=self.hosts)
-            .flat_map(|h| Net::BOTH.map(|n| self.veth(h, n)))
-            .chain(Net::BOTH.map(|n| self.bridge(n)));
-        for link in links {
-            if names_now.contains(&link) {
-                match ip(&["link", "del", &link]) {
-                    Ok(()) => removed += 1,
-                    Err(e) => failures.push(format!("{e:#}")),
-                }
+        for host in 1..=self.hosts {
+            let ns = self.namespace(host);
+            if namespaces.contains(&ns) {
+                del(&["netns", "del", &ns]);
+            }
+        }
+        for net in Net::BOTH {
+            let bridge = self.bridge(net);
+            if links.contains(&bridge) {
+                del(&["link", "del", &bridge]);
             }
         }
         if !failures.is_empty() {
