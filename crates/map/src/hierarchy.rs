@@ -216,7 +216,7 @@ mod tests {
     fn a_refused_location_still_records_the_boot() {
         let mut map = hosts_map();
         let err = map
-            .osd_boot_with(9, "127.0.0.1:9".into(), &report("shelf=s1"))
+            .osd_boot_with(9, "127.0.0.1:9".to_string(), &report("shelf=s1"))
             .unwrap_err();
         assert!(
             err.to_string().contains("unknown bucket type 'shelf'"),

@@ -580,7 +580,7 @@ mod tests {
 
     #[test]
     fn public_and_cluster_addresses_are_kept_apart() {
-        let mut map = map_with(2);
+        let mut map = map_with(3);
         let report = cairn_crush::DeviceReport::unlocated(WEIGHT_ONE);
         let addrs = OsdAddrs {
             public: "10.0.0.1:6800".into(),
