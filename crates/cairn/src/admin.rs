@@ -44,6 +44,20 @@ pub enum PoolCmd {
 pub enum PgCmd {
     /// List every PG with its state and acting set.
     Ls,
+    /// One PG in detail: state, up and acting sets, past intervals, and
+    /// which OSDs it waits for.
+    Query {
+        /// The PG, as POOL.SEED in hex (e.g. 1.1f).
+        pgid: String,
+    },
+    /// Compare the PG's copies (metadata) across its acting set.
+    Scrub(crate::pg_cli::ScrubArgs),
+    /// Compare the PG's copies, reading every byte.
+    DeepScrub(crate::pg_cli::ScrubArgs),
+    /// Deep-scrub the PG and rewrite the bad copies from a good one.
+    Repair(crate::pg_cli::ScrubArgs),
+    /// PGs whose last scrub found inconsistent objects, with the objects.
+    Inconsistent,
 }
 
 #[derive(Subcommand)]
@@ -100,38 +114,46 @@ pub fn with_cluster<T>(ctx: &Context, f: impl AsyncFnOnce(Arc<Cluster>) -> Resul
     })
 }
 
-/// `cairn osd perf N`: ask OSD `N` (found in the map) for its counters.
+/// Send an admin command to OSD `id` (found in the map) and return its
+/// JSON reply.
+pub async fn osd_request(
+    cluster: &Cluster,
+    id: u32,
+    cmd: cairn_wire::OsdAdminCommand,
+) -> Result<String> {
+    let map = cluster.map();
+    let addr = match map.osd_addr(id) {
+        Some(addr) if map.is_up(id) => addr.to_string(),
+        Some(_) => anyhow::bail!("osd.{id} is down"),
+        None => anyhow::bail!("osd.{id} does not exist"),
+    };
+    let hello = cairn_wire::Message::Hello {
+        entity: cairn_types::Entity::Client(cluster.client_id()),
+        fsid: None,
+    };
+    let mut conn = cairn_wire::connect(&addr, hello)
+        .await
+        .with_context(|| format!("cannot reach osd.{id} at {addr}"))?;
+    conn.sender
+        .send(cairn_wire::Message::OsdAdmin { tid: 1, cmd });
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            match conn.reader.read().await? {
+                cairn_wire::Message::OsdAdminReply { tid: 1, result } => return Ok(result),
+                _ => continue,
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("osd.{id} did not answer"))?
+    .map_err(|e: cairn_wire::WireError| anyhow::anyhow!("osd.{id}: {e}"))?;
+    reply.map_err(|e| anyhow::anyhow!("osd.{id}: {e}"))
+}
+
+/// `cairn osd perf N`: ask OSD `N` for its counters.
 pub fn osd_perf(ctx: &Context, id: u32) -> Result<()> {
     let text = with_cluster(ctx, async |cluster| {
-        let map = cluster.map();
-        let addr = match map.osd_addr(id) {
-            Some(addr) if map.is_up(id) => addr.to_string(),
-            Some(_) => anyhow::bail!("osd.{id} is down"),
-            None => anyhow::bail!("osd.{id} does not exist"),
-        };
-        let hello = cairn_wire::Message::Hello {
-            entity: cairn_types::Entity::Client(cluster.client_id()),
-            fsid: None,
-        };
-        let mut conn = cairn_wire::connect(&addr, hello)
-            .await
-            .with_context(|| format!("cannot reach osd.{id} at {addr}"))?;
-        conn.sender.send(cairn_wire::Message::OsdAdmin {
-            tid: 1,
-            cmd: cairn_wire::OsdAdminCommand::Perf,
-        });
-        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            loop {
-                match conn.reader.read().await? {
-                    cairn_wire::Message::OsdAdminReply { tid: 1, result } => return Ok(result),
-                    _ => continue,
-                }
-            }
-        })
-        .await
-        .map_err(|_| anyhow::anyhow!("osd.{id} did not answer"))?
-        .map_err(|e: cairn_wire::WireError| anyhow::anyhow!("osd.{id}: {e}"))?;
-        reply.map_err(|e| anyhow::anyhow!("osd.{id}: {e}"))
+        osd_request(&cluster, id, cairn_wire::OsdAdminCommand::Perf).await
     })?;
     let value: Value = serde_json::from_str(&text).context("osd perf reply is not JSON")?;
     if ctx.json {
@@ -210,14 +232,37 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
 }
 
 pub fn pg(ctx: &Context, cmd: PgCmd) -> Result<()> {
-    let PgCmd::Ls = cmd;
-    let value = mon_command(ctx, MonCommand::PgLs)?;
-    if ctx.json {
-        println!("{value}");
-    } else {
-        output::print_pgs(&value);
+    match cmd {
+        PgCmd::Ls => {
+            let value = mon_command(ctx, MonCommand::PgLs)?;
+            if ctx.json {
+                println!("{value}");
+            } else {
+                output::print_pgs(&value);
+            }
+        }
+        PgCmd::Scrub(args) => crate::pg_cli::scrub(ctx, args, false, false)?,
+        PgCmd::DeepScrub(args) => crate::pg_cli::scrub(ctx, args, true, false)?,
+        PgCmd::Repair(args) => crate::pg_cli::scrub(ctx, args, true, true)?,
+        PgCmd::Inconsistent => crate::pg_cli::inconsistent(ctx)?,
+        PgCmd::Query { pgid } => {
+            let pg = pgid_arg(&pgid)?;
+            let value = mon_command(ctx, MonCommand::PgQuery { pg })?;
+            if ctx.json {
+                println!("{value}");
+            } else {
+                output::print_pg_query(&value);
+            }
+        }
     }
     Ok(())
+}
+
+/// Parse a PG id given on the command line.
+pub fn pgid_arg(text: &str) -> Result<cairn_types::PgId> {
+    text.parse().map_err(|_| {
+        anyhow::anyhow!("invalid PG id '{text}': use POOL.SEED with SEED in hex, e.g. 1.1f")
+    })
 }
 
 pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {

@@ -66,6 +66,14 @@ pub enum OsdCmd {
     In { id: u32 },
     /// Mark an OSD down (it re-boots if alive).
     Down { id: u32 },
+    /// Declare a down OSD's data lost, so PGs waiting for it go on with
+    /// what the other OSDs hold (acknowledged writes only it held are gone).
+    Lost {
+        id: u32,
+        /// Confirm that writes only this OSD held may be lost.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
     /// The CRUSH hierarchy with every OSD's weight, class and state.
     Tree,
     /// Change the CRUSH hierarchy and rules.
@@ -222,6 +230,9 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
+            scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),
+            deep_scrub_interval: Duration::from_secs(osd_conf.deep_scrub_interval_s),
+            max_scrubs: osd_conf.max_scrubs as usize,
             planted_bug: None,
         },
     };
@@ -324,6 +335,17 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         OsdCmd::Out { id } => MonCommand::OsdOut { id },
         OsdCmd::In { id } => MonCommand::OsdIn { id },
         OsdCmd::Down { id } => MonCommand::OsdDown { id },
+        OsdCmd::Lost {
+            id,
+            yes_i_really_mean_it,
+        } => {
+            if !yes_i_really_mean_it {
+                anyhow::bail!(
+                    "marking osd.{id} lost gives up every write only it holds; repeat with --yes-i-really-mean-it"
+                );
+            }
+            MonCommand::OsdLost { id }
+        }
         OsdCmd::Tree => return crush_cli::tree(ctx),
         OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
     };

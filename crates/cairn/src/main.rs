@@ -15,6 +15,7 @@ mod local_cluster;
 mod nbd;
 mod osd_store;
 mod output;
+mod pg_cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +58,12 @@ enum Command {
     Cluster(local_cluster::ClusterCmd),
     /// Cluster health, OSD and PG summary.
     Status,
+    /// Health checks; `cairn health detail` lists what each concerns.
+    Health {
+        /// `detail`: list the PGs, OSDs and objects of each check.
+        #[arg(value_parser = ["detail"])]
+        detail: Option<String>,
+    },
     /// Pools: create, list, remove.
     #[command(subcommand)]
     Pool(admin::PoolCmd),
@@ -93,6 +100,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&ctx, args),
         Command::Cluster(cmd) => local_cluster::run(&ctx, cmd),
         Command::Status => admin::status(&ctx),
+        Command::Health { detail } => pg_cli::health(&ctx, detail.is_some()),
         Command::Pool(cmd) => admin::pool(&ctx, cmd),
         Command::Pg(cmd) => admin::pg(&ctx, cmd),
         Command::Image(cmd) => admin::image(&ctx, cmd),

@@ -202,18 +202,64 @@ pub fn print_pools(v: &Value) {
 
 pub fn print_pgs(v: &Value) {
     println!(
-        "{:<8} {:<18} {:<12} {:>12} {:>8}",
-        "PG", "STATE", "ACTING", "LAST_UPDATE", "OBJECTS"
+        "{:<8} {:<34} {:<12} {:<12} {:>12} {:>8}",
+        "PG", "STATE", "UP", "ACTING", "LAST_UPDATE", "OBJECTS"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
-            "{:<8} {:<18} {:<12} {:>12} {:>8}",
+            "{:<8} {:<34} {:<12} {:<12} {:>12} {:>8}",
             s(&p["pg"]),
             s(&p["state"]),
+            s(&p["up"]),
             s(&p["acting"]),
             s(&p["last_update"]),
             s(&p["objects"])
         );
+    }
+}
+
+/// `cairn pg query`: the PG's state, sets, what it waits for and its past
+/// intervals.
+pub fn print_pg_query(v: &Value) {
+    println!("pg {}: {}", s(&v["pg"]), s(&v["state"]));
+    if let Some(detail) = v["detail"].as_str() {
+        println!("  {detail}");
+    }
+    let blocked = v["blocked_by"].as_array().map_or(0, Vec::len);
+    if blocked > 0 {
+        println!("  waiting for osds {}", s(&v["blocked_by"]));
+    }
+    println!(
+        "  up {}  acting {}  (map epoch {})",
+        s(&v["up"]),
+        s(&v["acting"]),
+        s(&v["epoch"])
+    );
+    if !v["pg_temp"].is_null() {
+        println!("  pg_temp {}", s(&v["pg_temp"]));
+    }
+    println!(
+        "  last_update {}  objects {}  degraded {}  unfound {}",
+        s(&v["last_update"]),
+        s(&v["objects"]),
+        s(&v["degraded"]),
+        s(&v["unfound"])
+    );
+    if let Some(intervals) = v["past_intervals"].as_array() {
+        println!("  past intervals since the PG was last recovered:");
+        for i in intervals {
+            println!(
+                "    epochs {}-{}  acting {}  {}",
+                s(&i["first"]),
+                s(&i["last"]),
+                s(&i["acting"]),
+                if i["maybe_went_rw"].as_bool() == Some(true) {
+                    "may have served writes"
+                } else {
+                    "served no writes"
+                }
+            );
+        }
     }
 }
 

@@ -351,6 +351,17 @@ section! {
         /// Unanswered peering requests are sent again after this many
         /// milliseconds (at least 1).
         peering_retry_ms: u64 = 2000, check at_least_one;
+        /// A PG is scrubbed (metadata compared across its copies) this many
+        /// seconds after its last scrub (0: only on request; Ceph's
+        /// `osd_scrub_min_interval`).
+        scrub_interval_s: u64 = 86400, check any;
+        /// A PG is deep-scrubbed (every byte read and compared) this many
+        /// seconds after its last deep scrub (0: only on request; Ceph's
+        /// `osd_deep_scrub_interval`).
+        deep_scrub_interval_s: u64 = 604800, check any;
+        /// PGs scrubbing at once with this OSD as primary (at least 1;
+        /// Ceph's `osd_max_scrubs`): the scrub load limit.
+        max_scrubs: u32 = 1, check at_least_one;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

@@ -27,6 +27,8 @@ impl Monitor {
                 .collect::<Vec<_>>())),
             MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
             MonCommand::PgQuery { pg } => pg_query(&st.map, pg, st.pg_stats.get(&pg)),
+            MonCommand::HealthDetail => Ok(crate::health::health_detail(&st.map, &st.pg_stats)),
+            MonCommand::PgInconsistent => Ok(crate::health::pg_inconsistent(&st.map, &st.pg_stats)),
             MonCommand::OsdLost { id } => self.update(&mut st, |map| match map.mark_lost(id) {
                 Ok(changed) => (changed, Ok(json!({ "osd": id, "lost": true }))),
                 Err(e) => (false, Err(e.to_string())),
@@ -224,6 +226,10 @@ fn pg_query(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Result<Value, 
         "recovered_objects": current.map(|s| s.recovered_objects),
         "backfilled_objects": current.map(|s| s.backfilled_objects),
         "recovery_bytes": current.map(|s| s.recovery_bytes),
+        "repaired_objects": current.map(|s| s.repaired_objects),
+        "last_scrub": current.map(|s| s.last_scrub),
+        "last_deep_scrub": current.map(|s| s.last_deep_scrub),
+        "inconsistent": current.map(|s| s.inconsistent.clone()),
     }))
 }
 
@@ -265,6 +271,7 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
     for (word, what) in [
         ("down", "down (waiting for OSDs that may hold newer data)"),
         ("incomplete", "incomplete"),
+        ("inconsistent", "inconsistent (see cairn health detail)"),
         ("peering", "peering"),
         ("peered", "peered but below min_size (I/O blocked)"),
         ("degraded", "degraded"),

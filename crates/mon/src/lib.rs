@@ -11,6 +11,7 @@
 
 mod commands;
 mod crush_commands;
+mod health;
 pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -35,6 +35,14 @@ pub struct CoreOptions {
     pub max_backfills: usize,
     /// Unanswered peering requests are sent again after this long.
     pub peering_retry: Duration,
+    /// A PG is scrubbed after this long since its last scrub (0: never
+    /// by schedule; `osd_scrub_interval`).
+    pub scrub_interval: Duration,
+    /// A PG is deep-scrubbed after this long since its last deep scrub
+    /// (0: never by schedule; `osd_deep_scrub_interval`).
+    pub deep_scrub_interval: Duration,
+    /// PGs scrubbing at once with this OSD as primary (`osd_max_scrubs`).
+    pub max_scrubs: usize,
     /// A deliberate bug, so tests can show the simulation's checker finds
     /// what it causes. Never set outside tests.
     #[doc(hidden)]
@@ -58,6 +66,9 @@ impl Default for CoreOptions {
             recovery_sleep: Duration::ZERO,
             max_backfills: 1,
             peering_retry: Duration::from_secs(2),
+            scrub_interval: Duration::from_secs(24 * 3600),
+            deep_scrub_interval: Duration::from_secs(7 * 24 * 3600),
+            max_scrubs: 1,
             planted_bug: None,
         }
     }
@@ -105,6 +116,7 @@ impl OsdCore {
             opts.recovery_max_active,
             opts.recovery_sleep,
             opts.max_backfills,
+            opts.max_scrubs,
         );
         OsdCore {
             id,
@@ -365,6 +377,20 @@ impl OsdCore {
         for pg in wanting {
             self.with_pg(pg, io, |pg, ctx| pg.kick_recovery(ctx));
         }
+    }
+
+    /// Scrub PG `pg` (this OSD must be its primary); `repair`: rewrite the
+    /// bad copies found.
+    pub fn request_scrub(
+        &mut self,
+        pg: PgId,
+        deep: bool,
+        repair: bool,
+        io: &mut dyn OsdIo,
+    ) -> Result<(), String> {
+        let id = self.id;
+        self.with_pg(pg, io, |pg, ctx| pg.request_scrub(ctx, deep, repair))
+            .unwrap_or_else(|| Err(format!("osd.{id} does not hold pg {pg}")))
     }
 
     /// The state of every PG this OSD is primary for.

@@ -41,6 +41,13 @@ pub trait OsdIo {
     fn store(&self) -> &dyn ObjectStore;
     /// Time since an arbitrary origin; never goes back.
     fn now(&self) -> Duration;
+    /// Wall-clock seconds since the Unix epoch, for what is stored (scrub
+    /// stamps).
+    fn wall_secs(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
     /// Queue `txn` (the order of calls is the order of application); its
     /// durability comes back through [`crate::OsdCore::committed`].
     fn submit(&mut self, txn: Transaction, done: Done) -> Result<(), StoreError>;

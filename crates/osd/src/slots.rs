@@ -7,6 +7,7 @@
 //!   (local) and as many as target (remote) — Ceph's reservations. A remote
 //!   reservation is refused when this OSD is too full to take data
 //!   (`backfillfull`), with the reason.
+//! - Scrub: at most `osd_max_scrubs` PGs scrubbing at once as primary.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -26,10 +27,17 @@ pub struct Slots {
     remote: BTreeSet<PgId>,
     /// Why this OSD takes no backfill now (too full), if it does not.
     refuse_backfill: Option<String>,
+    scrub_max: usize,
+    scrubbing: BTreeSet<PgId>,
 }
 
 impl Slots {
-    pub fn new(recovery_max: usize, recovery_sleep: Duration, backfill_max: usize) -> Self {
+    pub fn new(
+        recovery_max: usize,
+        recovery_sleep: Duration,
+        backfill_max: usize,
+        scrub_max: usize,
+    ) -> Self {
         Slots {
             recovery_max: recovery_max.max(1),
             recovery_sleep,
@@ -41,7 +49,25 @@ impl Slots {
             local: BTreeSet::new(),
             remote: BTreeSet::new(),
             refuse_backfill: None,
+            scrub_max: scrub_max.max(1),
+            scrubbing: BTreeSet::new(),
         }
+    }
+
+    /// Take a scrub slot for `pg` (`osd_max_scrubs` per OSD).
+    pub fn take_scrub(&mut self, pg: PgId) -> bool {
+        if self.scrubbing.contains(&pg) {
+            return true;
+        }
+        if self.scrubbing.len() >= self.scrub_max {
+            return false;
+        }
+        self.scrubbing.insert(pg);
+        true
+    }
+
+    pub fn release_scrub(&mut self, pg: PgId) {
+        self.scrubbing.remove(&pg);
     }
 
     /// Take a recovery slot for `pg` if one is free now.
@@ -152,7 +178,7 @@ mod tests {
     #[test]
     fn recovery_slots_are_bounded_and_spaced() {
         let pg = PgId::new(1, 0);
-        let mut slots = Slots::new(2, Duration::from_millis(10), 1);
+        let mut slots = Slots::new(2, Duration::from_millis(10), 1, 1);
         let t = Duration::from_secs(1);
         assert!(slots.take(pg, t));
         assert!(!slots.take(pg, t), "the sleep spaces starts");
@@ -171,7 +197,7 @@ mod tests {
     #[test]
     fn backfill_reservations_are_bounded_and_refusable() {
         let (a, b) = (PgId::new(1, 0), PgId::new(1, 1));
-        let mut slots = Slots::new(1, Duration::ZERO, 1);
+        let mut slots = Slots::new(1, Duration::ZERO, 1, 1);
         assert!(slots.take_backfill(a));
         assert!(slots.take_backfill(a), "idempotent");
         assert!(!slots.take_backfill(b));

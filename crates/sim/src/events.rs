@@ -130,6 +130,12 @@ impl OsdIo for SimIo<'_> {
         self.now
     }
 
+    fn wall_secs(&self) -> u64 {
+        // Simulated wall clock: deterministic, and it moves with the
+        // simulation.
+        1_800_000_000 + self.now.as_secs()
+    }
+
     fn submit(&mut self, txn: Transaction, done: Done) -> Result<(), StoreError> {
         let seq = self.store.apply(txn)?;
         self.effects.push(Effect::Commit(seq, done));

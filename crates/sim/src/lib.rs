@@ -190,6 +190,9 @@ impl Sim {
             recovery_sleep: Duration::ZERO,
             max_backfills: 1,
             peering_retry: Duration::from_millis(500),
+            scrub_interval: Duration::ZERO,
+            deep_scrub_interval: Duration::ZERO,
+            max_scrubs: 1,
             planted_bug: self.cfg.planted_bug,
         }
     }
@@ -376,6 +379,25 @@ impl Sim {
         if let Some(o) = self.osds.get_mut(&osd) {
             o.store.corrupt(oid);
         }
+    }
+
+    /// Ask `pg`'s primary to scrub it.
+    pub fn scrub(&mut self, pg: PgId, deep: bool, repair: bool) -> Result<(), String> {
+        let primary = self.mon.map.acting(pg).primary().ok_or("no primary")?;
+        let mut result = Err(format!("osd.{primary} is not running"));
+        self.with_osd(primary, |core, io| {
+            result = core.request_scrub(pg, deep, repair, io)
+        });
+        result
+    }
+
+    /// `pg` as its primary reports it.
+    pub fn pg_stat(&self, pg: PgId) -> Option<cairn_wire::PgStat> {
+        let primary = self.mon.map.acting(pg).primary()?;
+        let core = self.osds.get(&primary)?.core.as_ref()?;
+        core.pg(pg)
+            .filter(|p| p.role() == Role::Primary)
+            .map(|p| p.stat())
     }
 
     /// The store id of a client's object.

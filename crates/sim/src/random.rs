@@ -85,6 +85,8 @@ pub fn random_run(cfg: SimConfig) -> Result<Report, String> {
     if let Some(v) = sim.violations().first() {
         return Err(sim.failure(v));
     }
+    // Scrub finds every rotten copy; repair rewrites it.
+    sim.repair_all(Duration::from_secs(60))?;
     if let Some(problem) = sim.check_copies().first() {
         return Err(sim.failure(problem));
     }
@@ -153,14 +155,14 @@ impl Sim {
                     self.reset_link(Node::Osd(a), Node::Osd(b));
                 }
             }
-            78..=87 if self.cfg.bitrot => self.rot_a_primary_copy(),
+            78..=87 if self.cfg.bitrot => self.rot_a_copy(),
             _ => {}
         }
     }
 
-    /// Rot the acting primary's copy of a random acknowledged object (one
+    /// Rot one acting member's copy of a random acknowledged object (one
     /// copy per object at most, so a good copy always exists).
-    fn rot_a_primary_copy(&mut self) {
+    fn rot_a_copy(&mut self) {
         let clients = self.clients.len();
         let c = self.rng().gen_range(0..clients);
         let objects = self.clients[c].objects.len();
@@ -173,11 +175,37 @@ impl Sim {
             return;
         }
         let oid = self.object_id(c, obj);
-        let any_rotten = self.osds.values().any(|o| o.store.is_corrupt(&oid));
-        let primary = self.map().acting(oid.coll).primary();
-        if let (false, Some(p)) = (any_rotten, primary) {
-            self.corrupt(p, c, obj);
+        if self.osds.values().any(|o| o.store.is_corrupt(&oid)) {
+            return;
         }
+        let acting = self.map().acting(oid.coll).osds;
+        if acting.is_empty() {
+            return;
+        }
+        let member = acting[self.rng().gen_range(0..acting.len())];
+        self.corrupt(member, c, obj);
+    }
+
+    /// Deep-scrub and repair every PG, one after the other, and wait for
+    /// each to end with no inconsistency left.
+    pub fn repair_all(&mut self, limit: Duration) -> Result<(), String> {
+        let pgs: Vec<cairn_types::PgId> = self.map().all_pgs().collect();
+        for pg in pgs {
+            let before = self.pg_stat(pg).map_or(0, |s| s.last_deep_scrub);
+            self.run_for(Duration::from_secs(1));
+            self.scrub(pg, true, true)?;
+            let done = self.run_until(limit, |s| {
+                s.pg_stat(pg).is_some_and(|st| {
+                    st.last_deep_scrub > before
+                        && st.inconsistent.is_empty()
+                        && st.state.starts_with("active+clean")
+                })
+            });
+            if !done {
+                return Err(self.failure(&format!("pg {pg}: deep scrub and repair did not finish")));
+            }
+        }
+        Ok(())
     }
 
     pub fn violations(&self) -> Vec<String> {
@@ -225,9 +253,7 @@ impl Sim {
                             ));
                         }
                         let oid = self.object_id(client.id, k);
-                        if self.osds.get(osd).is_some_and(|o| o.store.is_corrupt(&oid))
-                            && acting[0] == *osd
-                        {
+                        if self.osds.get(osd).is_some_and(|o| o.store.is_corrupt(&oid)) {
                             problems.push(format!(
                                 "pg {pg}: osd.{osd}'s copy of {} is still rotten",
                                 object.name

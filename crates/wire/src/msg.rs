@@ -102,6 +102,9 @@ pub enum Message {
 pub enum OsdAdminCommand {
     /// The object store's performance counters.
     Perf,
+    /// Scrub a PG this OSD is primary for now; `repair`: rewrite the bad
+    /// copies it finds from a good one.
+    Scrub { pg: PgId, deep: bool, repair: bool },
 }
 
 /// Administrative requests to the monitor. Replies carry JSON.
@@ -143,6 +146,10 @@ pub enum MonCommand {
     OsdLost {
         id: OsdId,
     },
+    /// Every health warning with what it concerns (PGs, OSDs, objects).
+    HealthDetail,
+    /// PGs whose last scrub found inconsistent objects, with the objects.
+    PgInconsistent,
     /// The CRUSH hierarchy with each OSD's state (`cairn osd tree`).
     OsdTree,
     /// `cairn osd crush ...`.

@@ -73,6 +73,10 @@ pub struct PgInfo {
     /// `last_epoch_started` wins peering, then the newest `last_update`.
     pub last_epoch_started: Epoch,
     pub backfill: Backfill,
+    /// When the PG was last scrubbed, and deep-scrubbed, here as primary
+    /// (seconds since the Unix epoch; 0: never).
+    pub last_scrub: u64,
+    pub last_deep_scrub: u64,
 }
 
 impl PgInfo {
@@ -84,6 +88,8 @@ impl PgInfo {
             log_tail: Version::ZERO,
             last_epoch_started: 0,
             backfill: Backfill::Complete,
+            last_scrub: 0,
+            last_deep_scrub: 0,
         }
     }
 }
@@ -232,9 +238,52 @@ pub enum PgBody {
     /// Primary → a former member: the PG is recovered without you; delete
     /// your copy.
     Remove,
+
+    // ----- scrub -----
+    /// Primary → acting member: describe your objects named after `after`
+    /// up to and including `upto` (`None`: to the end); `deep`: read all
+    /// their data.
+    ScrubRequest {
+        act: ActId,
+        tid: u64,
+        after: Option<String>,
+        upto: Option<String>,
+        deep: bool,
+    },
+    ScrubMap {
+        act: ActId,
+        tid: u64,
+        result: Result<Vec<ScrubEntry>, String>,
+    },
     /// A member that holds data of the PG but is not in its up or acting
     /// set → the primary: here is what I hold (a possible recovery source).
     Notify { info: PgInfo },
+}
+
+/// What scrub learns of one copy of one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubEntry {
+    pub name: String,
+    pub size: u64,
+    /// The object's version attribute (`None`: unreadable or absent).
+    pub version: Option<Version>,
+    /// crc32c of the attributes, in key order.
+    pub attrs_digest: u32,
+    /// Deep scrub only: crc32c of the data and of the omap.
+    pub data_digest: Option<u32>,
+    pub omap_digest: Option<u32>,
+    /// Why the copy could not be read (a checksum mismatch), if it could not.
+    pub error: Option<String>,
+}
+
+/// One object whose copies disagree, as scrub found it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inconsistent {
+    pub name: String,
+    /// The copies that differ from the authoritative one, and how.
+    pub bad: Vec<(OsdId, String)>,
+    /// Is there a good copy to repair from?
+    pub repairable: bool,
 }
 
 /// A PG's state as its primary reports it to the monitor.
@@ -268,4 +317,14 @@ pub struct PgStat {
     pub recovered_objects: u64,
     pub backfilled_objects: u64,
     pub recovery_bytes: u64,
+    /// Bad copies rewritten from a good one (read repair and scrub repair).
+    pub repaired_objects: u64,
+    pub last_scrub: u64,
+    pub last_deep_scrub: u64,
+    /// Objects the last scrub found inconsistent (at most
+    /// [`MAX_INCONSISTENT_REPORTED`]).
+    pub inconsistent: Vec<Inconsistent>,
 }
+
+/// Inconsistent objects a primary reports per PG at most.
+pub const MAX_INCONSISTENT_REPORTED: usize = 64;

@@ -292,6 +292,9 @@ impl Osd {
                 Message::OsdAdmin { tid, cmd } => {
                     let result = match cmd {
                         cairn_wire::OsdAdminCommand::Perf => Ok(self.store.perf_dump()),
+                        cairn_wire::OsdAdminCommand::Scrub { pg, deep, repair } => self
+                            .with_core(|core, io| core.request_scrub(pg, deep, repair, io))
+                            .map(|()| format!("{{\"pg\":\"{pg}\",\"scrub\":\"scheduled\"}}")),
                     };
                     conn.sender.send(Message::OsdAdminReply { tid, result });
                 }

@@ -19,6 +19,7 @@ mod peering;
 pub mod persist;
 mod recovery;
 mod replica;
+mod scrub;
 mod stats;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -198,6 +199,8 @@ pub(crate) enum CopyPurpose {
     Backfill { target: OsdId },
     /// To answer a pull: copy `index` of answer `key`.
     Pull { key: u64, index: usize },
+    /// For a deep scrub map: entry `index` of build `key`.
+    Scrub { key: u64, index: usize },
 }
 
 /// What the primary tracks while active.
@@ -248,7 +251,8 @@ pub(crate) struct Counters {
     pub recovered_objects: u64,
     pub backfilled_objects: u64,
     pub recovery_bytes: u64,
-    pub read_repairs: u64,
+    /// Bad copies rewritten: by read repair and by scrub repair.
+    pub repaired_objects: u64,
 }
 
 /// Client ops a PG holds while not serving; beyond it they are refused
@@ -291,6 +295,14 @@ pub struct Pg {
     pub(crate) retry_at: Duration,
     /// Pulls from the primary being answered.
     pub(crate) pull_answers: HashMap<u64, replica::PullAnswer>,
+    /// The scrub running here as primary.
+    pub(crate) scrub: Option<Box<scrub::Scrub>>,
+    /// A scrub asked for: (deep, repair).
+    pub(crate) scrub_requested: Option<(bool, bool)>,
+    /// Scrub maps being built here.
+    pub(crate) scrub_builds: HashMap<u64, scrub::MapBuild>,
+    /// What the last scrub found (and repair has not fixed yet).
+    pub(crate) inconsistent: Vec<cairn_wire::Inconsistent>,
 }
 
 impl Pg {
@@ -359,6 +371,10 @@ impl Pg {
             peered: None,
             retry_at: Duration::ZERO,
             pull_answers: HashMap::new(),
+            scrub: None,
+            scrub_requested: None,
+            scrub_builds: HashMap::new(),
+            inconsistent: Vec::new(),
         }
     }
 
@@ -377,8 +393,15 @@ impl Pg {
     pub(crate) fn advance_map(&mut self, ctx: &mut Ctx<'_>, contiguous: bool) {
         let mapping = ctx.map.mapping(self.id);
         if contiguous && mapping == self.mapping {
-            if matches!(self.phase, Phase::WaitUpThru) {
-                self.check_up_thru(ctx);
+            match &self.phase {
+                Phase::WaitUpThru => self.check_up_thru(ctx),
+                // An OSD it waits for was declared lost: peer again.
+                Phase::Down { blocked_by, .. }
+                    if blocked_by.iter().any(|&o| ctx.map.lost_since(o, 0)) =>
+                {
+                    self.restart_peering(ctx)
+                }
+                _ => {}
             }
             return;
         }
@@ -427,6 +450,7 @@ impl Pg {
     /// `error` (the client resends), recovery stops and its slots return.
     pub(crate) fn stop_primary(&mut self, ctx: &mut Ctx<'_>, error: OpError) {
         self.phase = Phase::Idle;
+        self.abort_scrub(ctx);
         let Some(primary) = self.primary.take() else {
             return;
         };
@@ -600,6 +624,16 @@ impl Pg {
             PgBody::Reserved { act, result } => self.got_reserved(ctx, from, act, result),
             PgBody::Release { act } => self.got_release(ctx, from, act),
             PgBody::Remove => self.remove_stray(ctx, from),
+            PgBody::ScrubRequest {
+                act,
+                tid,
+                after,
+                upto,
+                deep,
+            } => self.answer_scrub_request(ctx, from, act, tid, after, upto, deep),
+            PgBody::ScrubMap { act, tid, result } => {
+                self.got_scrub_map(ctx, from, act, tid, result)
+            }
         }
     }
 
@@ -638,8 +672,11 @@ impl Pg {
         }
     }
 
-    /// Periodic work: peering retries.
+    /// Periodic work: peering retries, scrubs.
     pub(crate) fn tick(&mut self, ctx: &mut Ctx<'_>) {
+        if matches!(self.phase, Phase::Active) {
+            self.maybe_scrub(ctx);
+        }
         if let Phase::GetInfo(get) = &self.phase {
             if ctx.now() >= get.retry_at {
                 self.resend_queries(ctx);

@@ -89,17 +89,22 @@ impl Pg {
             return None;
         };
         if let Some(unfound) = primary.unfound.get(&oid) {
-            if unfound.corrupt && !is_write {
-                return self.fail(
-                    ctx,
-                    op,
-                    OpError::Io(format!("every copy of {oid:?} is damaged")),
-                );
-            }
-            if !unfound.corrupt || missing_here {
+            if !unfound.corrupt {
+                // Its holders are away: wait for them.
                 primary.objects.entry(oid).or_default().waiting.push(op);
                 return None;
             }
+            if !is_write {
+                let why = format!("every copy of {oid:?} is damaged");
+                return self.fail(ctx, op, OpError::Io(why));
+            }
+            // Every copy is damaged: an overwrite is taken as it comes.
+            self.forget_damaged(ctx, &oid);
+            return self.admit(ctx, op);
+        }
+        if is_write && self.scrub.as_ref().is_some_and(|s| s.blocks(&oid)) {
+            primary.objects.entry(oid).or_default().waiting.push(op);
+            return None;
         }
         let degraded = is_write
             && (primary.recovering.contains(&oid)
@@ -122,6 +127,28 @@ impl Pg {
             }
         }
         Some(op)
+    }
+
+    /// Stop waiting for a good copy of `oid` (there is none): it is no
+    /// longer missing anywhere, so an overwrite can go to every member.
+    fn forget_damaged(&mut self, ctx: &mut Ctx<'_>, oid: &str) {
+        tracing::warn!(
+            "pg {}: overwriting {oid:?}, whose every copy was damaged",
+            self.id
+        );
+        if let Some(primary) = self.primary.as_mut() {
+            primary.unfound.remove(oid);
+            for peer in primary.peers.values_mut() {
+                peer.missing.remove(oid);
+            }
+        }
+        if self.missing.remove(oid).is_some() {
+            let mut txn = cairn_store::Transaction::new();
+            persist::missing_remove(&mut txn, self.id, &[oid.to_string()]);
+            if let Err(e) = self.submit(ctx, txn, Wait::Quiet) {
+                tracing::error!("pg {}: {e}", self.id);
+            }
+        }
     }
 
     fn fail(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, error: OpError) -> Option<ClientOp> {
@@ -373,6 +400,7 @@ impl Pg {
                 obj.version = None;
                 self.wake_object(ctx, &inflight.oid);
                 self.kick_backfill(ctx);
+                self.maybe_scrub(ctx);
             }
         }
     }

@@ -263,7 +263,7 @@ impl Pg {
             .collect();
         let had_writes = ctx.map.rw_intervals(self.id).next().is_some();
         if usable.is_empty() && (had_writes || heard.values().any(|h| h.damaged.is_some())) {
-            let reason = "no member heard from holds a complete copy".to_string();
+            let reason = "no OSD heard from holds a complete copy: every OSD that held one is down or lost; bring one back".to_string();
             tracing::warn!("pg {}: incomplete: {reason}", self.id);
             self.phase = Phase::Incomplete { reason };
             self.retry_at = ctx.now() + ctx.opts.peering_retry * 10;
@@ -454,6 +454,12 @@ impl Pg {
         }
         self.info.last_epoch_started = self.interval_since;
         self.info.backfill = cairn_wire::Backfill::Complete;
+        if self.info.last_scrub == 0 {
+            // A new PG: its first scheduled scrub is an interval away.
+            let now = ctx.io.wall_secs();
+            self.info.last_scrub = now;
+            self.info.last_deep_scrub = now;
+        }
         persist::save_info(&mut txn, &self.info);
         if let Err(e) = self.submit(ctx, txn, Wait::PrimaryActivated { act }) {
             return self.retry_later(ctx, format!("cannot persist activation: {e}"));

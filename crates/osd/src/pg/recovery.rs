@@ -356,6 +356,7 @@ impl Pg {
         };
         match purpose {
             CopyPurpose::Pull { key, index } => self.pull_copy_read(ctx, key, index, result),
+            CopyPurpose::Scrub { key, index } => self.scrub_copy_read(ctx, key, index, result),
             CopyPurpose::Recovery => self.push_recovered(ctx, act, oid, result),
             CopyPurpose::Backfill { target } => {
                 self.backfill_copy_read(ctx, act, target, oid, result)
@@ -466,7 +467,7 @@ impl Pg {
         if !self.count_damaged(ctx, &oid, &what) {
             return reply(ctx, &op, Err(OpError::Io(what)));
         }
-        self.counters.read_repairs += 1;
+        self.counters.repaired_objects += 1;
         let Some(primary) = self.primary.as_mut() else {
             return;
         };

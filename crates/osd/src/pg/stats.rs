@@ -46,6 +46,15 @@ impl Pg {
             recovered_objects: self.counters.recovered_objects,
             backfilled_objects: self.counters.backfilled_objects,
             recovery_bytes: self.counters.recovery_bytes,
+            repaired_objects: self.counters.repaired_objects,
+            last_scrub: self.info.last_scrub,
+            last_deep_scrub: self.info.last_deep_scrub,
+            inconsistent: self
+                .inconsistent
+                .iter()
+                .take(cairn_wire::MAX_INCONSISTENT_REPORTED)
+                .cloned()
+                .collect(),
         }
     }
 
@@ -119,6 +128,16 @@ impl Pg {
         }
         if self.mapping.acting.osds != self.mapping.up {
             words.push("remapped");
+        }
+        if let Some(scrub) = &self.scrub {
+            words.push(if scrub.deep {
+                "scrubbing+deep"
+            } else {
+                "scrubbing"
+            });
+        }
+        if !self.inconsistent.is_empty() {
+            words.push("inconsistent");
         }
         let detail = if !serving {
             format!(

@@ -1,0 +1,177 @@
+//! Health checks with what they concern (`cairn health detail`) and the
+//! scrub findings (`cairn pg inconsistent`), from the map and the latest
+//! reports of the PGs' primaries.
+
+use std::collections::HashMap;
+
+use cairn_map::ClusterMap;
+use cairn_types::PgId;
+use cairn_wire::PgStat;
+use serde_json::{json, Value};
+
+use crate::commands::pg_state;
+
+/// One health check: a code, its severity, a summary and the details.
+struct Check {
+    code: &'static str,
+    error: bool,
+    summary: String,
+    detail: Vec<String>,
+}
+
+/// The report of `pg`'s primary if it is about the PG's current mapping.
+fn current<'a>(map: &ClusterMap, pg: PgId, stats: &'a HashMap<PgId, PgStat>) -> Option<&'a PgStat> {
+    stats
+        .get(&pg)
+        .filter(|s| s.acting == map.acting(pg).osds && s.up == map.up(pg))
+}
+
+fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
+    let kinds: [(&str, &str, bool, &str); 7] = [
+        (
+            "down",
+            "PG_DOWN",
+            true,
+            "down: waiting for OSDs that may hold newer data",
+        ),
+        (
+            "incomplete",
+            "PG_INCOMPLETE",
+            true,
+            "incomplete: no complete copy reachable",
+        ),
+        (
+            "inconsistent",
+            "PG_INCONSISTENT",
+            true,
+            "inconsistent: scrub found bad copies",
+        ),
+        (
+            "peered",
+            "PG_AVAILABILITY",
+            false,
+            "below min_size: client I/O waits",
+        ),
+        ("peering", "PG_PEERING", false, "peering"),
+        ("undersized", "PG_UNDERSIZED", false, "undersized"),
+        ("degraded", "PG_DEGRADED", false, "degraded"),
+    ];
+    let mut checks = Vec::new();
+    for (word, code, error, what) in kinds {
+        let mut detail = Vec::new();
+        for pg in map.all_pgs() {
+            let state = pg_state(map, pg, stats.get(&pg));
+            if !state.split('+').any(|w| w == word) {
+                continue;
+            }
+            let stat = current(map, pg, stats);
+            let mut line = format!("pg {pg} is {state}, acting {:?}", map.acting(pg).osds);
+            if let Some(s) = stat {
+                if !s.blocked_by.is_empty() {
+                    line.push_str(&format!(", waiting for osds {:?}", s.blocked_by));
+                }
+                if word == "inconsistent" {
+                    let objects: Vec<String> = s
+                        .inconsistent
+                        .iter()
+                        .map(|i| {
+                            let bad: Vec<String> = i
+                                .bad
+                                .iter()
+                                .map(|(o, why)| format!("osd.{o}: {why}"))
+                                .collect();
+                            format!("{} ({})", i.name, bad.join(", "))
+                        })
+                        .collect();
+                    line.push_str(&format!(": {}", objects.join("; ")));
+                } else if !s.detail.is_empty() {
+                    line.push_str(&format!(": {}", s.detail));
+                }
+            }
+            detail.push(line);
+        }
+        if !detail.is_empty() {
+            checks.push(Check {
+                code,
+                error,
+                summary: format!("{} pgs {what}", detail.len()),
+                detail,
+            });
+        }
+    }
+    let unfound: Vec<String> = map
+        .all_pgs()
+        .filter_map(|pg| {
+            current(map, pg, stats)
+                .filter(|s| s.unfound > 0)
+                .map(|s| (pg, s.unfound))
+        })
+        .map(|(pg, n)| format!("pg {pg} has {n} unfound objects"))
+        .collect();
+    if !unfound.is_empty() {
+        checks.push(Check {
+            code: "OBJECT_UNFOUND",
+            error: true,
+            summary: format!("{} pgs with unfound objects", unfound.len()),
+            detail: unfound,
+        });
+    }
+    checks
+}
+
+fn osd_checks(map: &ClusterMap) -> Vec<Check> {
+    let down: Vec<String> = map
+        .osds
+        .values()
+        .filter(|o| !o.up)
+        .map(|o| {
+            let lost = if o.lost_at > o.up_from { " (lost)" } else { "" };
+            let out = if o.is_in { "" } else { ", out" };
+            format!("osd.{} is down since epoch {}{out}{lost}", o.id, o.down_at)
+        })
+        .collect();
+    if down.is_empty() {
+        return Vec::new();
+    }
+    vec![Check {
+        code: "OSD_DOWN",
+        error: false,
+        summary: format!("{} osds down", down.len()),
+        detail: down,
+    }]
+}
+
+/// `cairn health detail`.
+pub(crate) fn health_detail(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Value {
+    let mut checks = osd_checks(map);
+    checks.extend(pg_checks(map, stats));
+    let health = if checks.iter().any(|c| c.error) {
+        "HEALTH_ERR"
+    } else if checks.is_empty() {
+        "HEALTH_OK"
+    } else {
+        "HEALTH_WARN"
+    };
+    json!({
+        "health": health,
+        "checks": checks
+            .into_iter()
+            .map(|c| json!({
+                "check": c.code,
+                "severity": if c.error { "error" } else { "warning" },
+                "summary": c.summary,
+                "detail": c.detail,
+            }))
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// `cairn pg inconsistent`: PGs whose last scrub found bad copies.
+pub(crate) fn pg_inconsistent(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Value {
+    let pgs: Vec<Value> = map
+        .all_pgs()
+        .filter_map(|pg| current(map, pg, stats).filter(|s| !s.inconsistent.is_empty()))
+        .map(|s| json!({ "pg": s.pg.to_string(), "objects": s.inconsistent }))
+        .collect();
+    json!(pgs)
+}
