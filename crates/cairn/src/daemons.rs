@@ -169,6 +169,8 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
     let m = &config.mon;
     let opts = cairn_mon::MonOptions {
         heartbeat_grace: Duration::from_millis(m.osd_heartbeat_grace_ms),
+        min_down_reporters: m.osd_min_down_reporters,
+        reporter_subtree_level: m.osd_reporter_subtree_level.clone(),
         down_on_disconnect: m.osd_down_on_disconnect,
         down_out_interval: (m.osd_down_out_interval_s > 0)
             .then(|| Duration::from_secs(m.osd_down_out_interval_s)),
@@ -222,6 +224,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         id,
         mon_addr: config.global.mon_addr.clone(),
         heartbeat_interval: Duration::from_millis(osd_conf.heartbeat_interval_ms),
+        heartbeat_grace: Duration::from_millis(config.mon.osd_heartbeat_grace_ms),
         fsid_file: Some(dir.join("fsid")),
         crush,
         core: cairn_osd::CoreOptions {

@@ -385,7 +385,9 @@ fn new_config(layout: &Layout, net: Option<&HostNet>, fresh: &Fresh) -> Result<C
     let mon_ip = net.map_or(std::net::Ipv4Addr::LOCALHOST, HostNet::mon_ip);
     config.set("global.mon_addr", &format!("{mon_ip}:{}", free_port(mon_ip)?))?;
     if layout.per_host.is_none() {
+        // One machine: replicas and failure reports count by OSD.
         config.set("mon.osd_crush_chooseleaf_type", "osd")?;
+        config.set("mon.osd_reporter_subtree_level", "osd")?;
     }
     for id in 0..layout.osds {
         if let Some(host) = layout.host_of(id) {

@@ -492,3 +492,72 @@ fn netns_refusals_make_nothing() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_cut_from_the_cluster_network_only_is_reported_down_until_healed() {
+    if skip_without_netns("a_host_cut_from_the_cluster_network_only") {
+        return;
+    }
+    let cluster = Arc::new(TestCluster::up_with(6, NETNS_HOSTS));
+    let client = cluster.client().await;
+    let size: u64 = 16 << 20;
+    let image = create_image(&cluster, &client, "load", size).await;
+    let model = Model::new(size / BLOCK);
+    let stats = Arc::new(Stats::default());
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
+    wait_acks(&stats, 0, 100, "before the cut").await;
+
+    // h2 keeps its public link: the monitor hears its heartbeats, but its
+    // peers do not, and report it.
+    let c = cluster.clone();
+    blocking("cut", move || c.set_links("h2", "cluster", false)).await;
+    let cut_at = Instant::now();
+    wait_osd_state(&client, 2, false).await;
+    wait_osd_state(&client, 3, false).await;
+    eprintln!("h2's OSDs reported down {:?} after the cut", cut_at.elapsed());
+    let mon_log = std::fs::read_to_string(cluster.path().join("mon.log")).expect("mon.log");
+    for osd in [2, 3] {
+        assert!(
+            mon_log
+                .lines()
+                .any(|l| l.contains(&format!("osd.{osd} is silent on the cluster network"))),
+            "osd.{osd} was not marked down by its peers' reports"
+        );
+    }
+    // They live and answer on the public network, yet stay down: they
+    // boot again only once their peers answer.
+    for osd in [2, 3] {
+        let public = addr(&Value::from(client.map().osds[&osd].addr.clone()));
+        assert!(answers_ping(public, Entity::Client(78)).await, "osd.{osd} at {public}");
+    }
+    let from = stats.acks();
+    let watch_until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < watch_until {
+        let map = client.map();
+        assert!(
+            !map.is_up(2) && !map.is_up(3),
+            "a cut-off OSD came back up (epoch {})",
+            map.epoch
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_acks(&stats, from, 200, "with h2's cluster link cut").await;
+    load.stop().await;
+    verify(&image, &model, "with h2's cluster link cut").await;
+
+    let mut load = Load::new();
+    load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
+    let c = cluster.clone();
+    blocking("heal", move || c.set_links("h2", "cluster", true)).await;
+    let healed_at = Instant::now();
+    wait_osd_state(&client, 2, true).await;
+    wait_osd_state(&client, 3, true).await;
+    eprintln!("h2's OSDs up again {:?} after the heal", healed_at.elapsed());
+    let healed = stats.acks();
+    wait_acks(&stats, healed, 100, "after the heal").await;
+    load.stop().await;
+    assert!(stats.errors().is_empty(), "writes failed: {:?}", stats.errors());
+    wait_all_clean(&cluster).await;
+    verify(&image, &model, "after the heal, all clean").await;
+}

@@ -258,6 +258,8 @@ impl Config {
         }
         crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_crush_chooseleaf_type)
             .map_err(|reason| invalid(origin, "mon.osd_crush_chooseleaf_type", reason))?;
+        crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_reporter_subtree_level)
+            .map_err(|reason| invalid(origin, "mon.osd_reporter_subtree_level", reason))?;
         let check_location = |key: &str, osd: &OsdConfig| {
             crush::check_location_types(&mon.crush_bucket_types, &osd.crush_location)
                 .map_err(|reason| invalid(origin, key, reason))

@@ -283,6 +283,16 @@ section! {
         /// An OSD with no heartbeat for this long (milliseconds) is marked
         /// down. Must exceed `osd.heartbeat_interval_ms`.
         osd_heartbeat_grace_ms: u64 = 6000, check at_least_one;
+        /// An OSD is marked down when OSDs in at least this many distinct
+        /// `osd_reporter_subtree_level` buckets report that it has not
+        /// answered their heartbeats on the cluster network for
+        /// `osd_heartbeat_grace_ms` (at least 1). OSDs also report after
+        /// that grace.
+        osd_min_down_reporters: u32 = 2, check at_least_one;
+        /// Failure reports count once per bucket of this CRUSH type (`osd`
+        /// or a bucket type), so one host cut off from the others cannot
+        /// have them marked down.
+        osd_reporter_subtree_level: String = "host".to_string(), check crush_name;
         /// Mark an OSD down at once when its monitor session closes.
         osd_down_on_disconnect: bool = true, check any;
         /// A down OSD is marked out after this many seconds (0 = never).

@@ -28,7 +28,10 @@ fn defaults_match_the_documented_values() {
     assert_eq!(c.mon.pool_default_pg_num, 32);
     assert_eq!(c.mon.pool_default_size, 3);
     assert_eq!(c.mon.pool_default_min_size, 2);
+    assert_eq!(c.mon.osd_min_down_reporters, 2);
+    assert_eq!(c.mon.osd_reporter_subtree_level, "host");
     assert_eq!(c.osd.bind_addr, "127.0.0.1:0");
+    assert_eq!((c.osd.public_addr.as_str(), c.osd.cluster_addr.as_str()), ("", ""));
     assert_eq!(c.osd.heartbeat_interval_ms, 1000);
     assert_eq!(c.osd.store, StoreKind::Bluestore);
     assert_eq!(c.osd.journal_max_bytes, 268_435_456);
@@ -187,6 +190,10 @@ fn ranges_are_validated() {
         (
             "[mon]\nosd_heartbeat_grace_ms = 0\n",
             "mon.osd_heartbeat_grace_ms",
+        ),
+        (
+            "[mon]\nosd_min_down_reporters = 0\n",
+            "mon.osd_min_down_reporters",
         ),
         (
             "[mon]\nosd_heartbeat_grace_ms = 1000\n",
@@ -487,6 +494,11 @@ fn crush_options_are_checked_against_the_bucket_types() {
         (
             "[mon]\nosd_crush_chooseleaf_type = \"shelf\"\n",
             "mon.osd_crush_chooseleaf_type",
+            "osd|host|rack",
+        ),
+        (
+            "[mon]\nosd_reporter_subtree_level = \"shelf\"\n",
+            "mon.osd_reporter_subtree_level",
             "osd|host|rack",
         ),
         (

@@ -46,6 +46,14 @@ pub enum Message {
         epoch: Epoch,
         pgs: Vec<PgStat>,
     },
+    /// `target` has not answered `reporter`'s heartbeats on the cluster
+    /// network for `silent_ms`; sent every heartbeat interval while it
+    /// lasts.
+    OsdFailure {
+        reporter: OsdId,
+        target: OsdId,
+        silent_ms: u64,
+    },
     /// Ask for every map newer than `have`, now and as they are made.
     Subscribe {
         have: Epoch,

@@ -14,6 +14,7 @@
 //! connection lost either way is reported to the core as a peer reset.
 //! Store commits and reads run as tasks that call back into the core.
 
+mod heartbeat;
 mod io;
 mod mon_client;
 mod peers;
@@ -41,6 +42,9 @@ pub struct OsdOptions {
     pub id: OsdId,
     pub mon_addr: String,
     pub heartbeat_interval: Duration,
+    /// A peer silent on the cluster network for this long is reported to
+    /// the monitor (`mon.osd_heartbeat_grace_ms`).
+    pub heartbeat_grace: Duration,
     /// File holding the cluster fsid this OSD belongs to (written at first boot).
     pub fsid_file: Option<std::path::PathBuf>,
     pub core: CoreOptions,
@@ -106,6 +110,8 @@ pub struct Osd {
     /// The newest map, readable without the core's lock (peer addresses).
     pub(crate) map: RwLock<Arc<cairn_map::ClusterMap>>,
     pub(crate) peers: Peers,
+    /// Peers' answers to this OSD's heartbeats on the cluster network.
+    pub(crate) heartbeats: heartbeat::Heartbeats,
     clients: Mutex<HashMap<u64, Sender>>,
     next_client: AtomicU64,
     /// The monitor session's sender, while one is up.
@@ -145,6 +151,7 @@ impl Osd {
             let core = OsdCore::new(opts.id, opts.core.clone(), &mut loader);
             Osd {
                 peers: Peers::new(opts.id, weak.clone()),
+                heartbeats: heartbeat::Heartbeats::new(opts.heartbeat_grace),
                 opts,
                 store,
                 public_addr,
@@ -189,6 +196,7 @@ impl Osd {
     pub async fn serve(self: Arc<Self>, listeners: Listeners) -> std::io::Result<()> {
         tokio::spawn(self.clone().mon_session_loop());
         tokio::spawn(self.clone().tick_loop());
+        tokio::spawn(self.clone().peer_heartbeat_loop());
         tokio::try_join!(
             self.clone().accept_loop(listeners.public, Network::Public),
             self.clone().accept_loop(listeners.cluster, Network::Cluster),

@@ -53,10 +53,29 @@ impl Peers {
 
     /// Send `msg` to peer `to` (connecting first if needed).
     pub fn send(&self, to: OsdId, msg: PgMessage) {
+        self.send_message(to, Message::Pg(msg));
+    }
+
+    /// Ping peer `to` on the same connection (its pong comes back on it).
+    pub fn ping(&self, to: OsdId, nonce: u64) {
+        self.send_message(to, Message::Ping { nonce });
+    }
+
+    /// Drop the connection to `to` (it stopped answering): the core is
+    /// told, and the next message connects afresh.
+    pub fn drop_link(&self, to: OsdId) {
         let Some(osd) = self.osd.upgrade() else {
             return;
         };
-        let msg = Message::Pg(msg);
+        if self.links.lock().remove(&to).is_some() {
+            self.reset(&osd, to);
+        }
+    }
+
+    fn send_message(&self, to: OsdId, msg: Message) {
+        let Some(osd) = self.osd.upgrade() else {
+            return;
+        };
         let mut links = self.links.lock();
         match links.get_mut(&to) {
             Some(Link::Up { sender, .. }) => {
@@ -171,6 +190,7 @@ async fn connect_to(osd: Arc<Osd>, to: OsdId, addr: String, fsid: String) {
     let mut reader = conn.reader;
     let reason = loop {
         match reader.read().await {
+            Ok(Message::Pong { .. }) => osd.heartbeats.pong(to, std::time::Instant::now()),
             Ok(_) => continue,
             Err(WireError::Closed) => break "closed".to_string(),
             Err(e) => break e.to_string(),
