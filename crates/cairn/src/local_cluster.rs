@@ -22,20 +22,22 @@
 //! `cut` and `heal` set a host's links down and up; `down` removes the
 //! namespaces, links and bridges after stopping the daemons.
 
+mod layout;
 mod netns;
+mod state;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use cairn_config::{Config, StoreKind};
 use cairn_wire::MonCommand;
 use clap::Subcommand;
-use serde::{Deserialize, Serialize};
 
 use crate::{admin, osd_store, Context};
+use layout::{Layout, LayoutArgs};
 use netns::{HostNet, Net};
+use state::{is_running, load_state, save_state, spawn_daemon, state_path, Daemon, State};
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
@@ -102,111 +104,6 @@ pub enum ClusterCmd {
     },
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug)]
-struct Daemon {
-    name: String,
-    pid: u32,
-    /// Process start time (clock ticks since boot, /proc/PID/stat field 22).
-    start: u64,
-}
-
-#[derive(Serialize, Deserialize, Default, Debug)]
-struct State {
-    daemons: Vec<Daemon>,
-    /// The layout of the cluster's first `up` (absent in clusters made
-    /// before it was recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    layout: Option<Layout>,
-    /// The host network of a `--netns` cluster: kept after `down`, as
-    /// `cairn.toml` holds its addresses.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    net: Option<HostNet>,
-}
-
-fn state_path(dir: &Path) -> PathBuf {
-    dir.join("cluster.json")
-}
-
-fn load_state(dir: &Path) -> Result<State> {
-    match std::fs::read_to_string(state_path(dir)) {
-        Ok(text) => serde_json::from_str(&text).context("corrupt cluster.json"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-        Err(e) => Err(e).context("cannot read cluster.json"),
-    }
-}
-
-fn save_state(dir: &Path, state: &State) -> Result<()> {
-    let tmp = dir.join("cluster.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(state)?)?;
-    std::fs::rename(&tmp, state_path(dir))?;
-    Ok(())
-}
-
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let state = rest.split_whitespace().next()?;
-    if state == "Z" {
-        return None; // exited, not yet reaped
-    }
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn is_running(d: &Daemon) -> bool {
-    process_start(d.pid) == Some(d.start)
-}
-
-/// Start `cairn ARGS` in the background, logging to `DIR/NAME.log`, in
-/// network namespace `netns` if given.
-fn spawn_daemon(dir: &Path, name: &str, args: &[String], netns: Option<&str>) -> Result<Daemon> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("cannot find the cairn binary")?;
-    // Opened here, entered in the child before exec (as `ip netns exec`).
-    let netns_file = match netns {
-        Some(ns) => Some(
-            std::fs::File::open(format!("/run/netns/{ns}"))
-                .with_context(|| format!("{name}: cannot open network namespace {ns}"))?,
-        ),
-        None => None,
-    };
-    let netns_fd = netns_file.as_ref().map(|f| f.as_raw_fd());
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .with_context(|| format!("cannot open {name}.log"))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // Own session: the daemon outlives this command and its terminal.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setsid();
-            if let Some(fd) = netns_fd {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {name}"))?;
-    drop(netns_file);
-    let pid = child.id();
-    let start = process_start(pid).context("daemon exited at once")?;
-    Ok(Daemon {
-        name: name.to_string(),
-        pid,
-        start,
-    })
-}
-
 fn free_port(ip: std::net::Ipv4Addr) -> Result<u16> {
     let listener = std::net::TcpListener::bind((ip, 0))?;
     Ok(listener.local_addr()?.port())
@@ -265,125 +162,16 @@ impl Fresh {
     }
 }
 
-/// The layout options given to `up`.
-struct LayoutArgs {
-    osds: Option<u32>,
-    hosts: Option<u32>,
-    per_host: Option<u32>,
-    netns: bool,
-}
-
-/// How many OSDs, on which CRUSH hosts, in which network namespaces.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-struct Layout {
-    osds: u32,
-    /// `Some(M)`: M OSDs per host `h1`, `h2`, ...; `None`: all on this machine.
-    per_host: Option<u32>,
-    /// Each host in its own network namespace.
-    #[serde(default)]
-    netns: bool,
-}
-
-impl std::fmt::Display for Layout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.per_host {
-            None => write!(f, "--osds {}", self.osds),
-            Some(m) => {
-                write!(f, "--hosts {} --osds-per-host {m}", self.osds / m)?;
-                if self.netns {
-                    f.write_str(" --netns")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl Layout {
-    fn new(asked: &LayoutArgs) -> Result<Layout> {
-        let Some(hosts) = asked.hosts else {
-            if asked.netns {
-                bail!("--netns needs --hosts: each host gets its own network namespace");
-            }
-            let osds = asked.osds.unwrap_or(3);
-            if osds == 0 {
-                bail!("--osds must be at least 1");
-            }
-            return Ok(Layout {
-                osds,
-                per_host: None,
-                netns: false,
-            });
-        };
-        let per_host = asked.per_host.unwrap_or(1);
-        if hosts == 0 || per_host == 0 {
-            bail!("--hosts and --osds-per-host must be at least 1");
-        }
-        if asked.netns && hosts > netns::MAX_HOSTS {
-            bail!("--netns supports at most {} hosts", netns::MAX_HOSTS);
-        }
-        let total = hosts
-            .checked_mul(per_host)
-            .filter(|t| *t <= 4096)
-            .context("too many OSDs (at most 4096)")?;
-        if asked.osds.is_some_and(|n| n != total) {
-            bail!(
-                "--osds {} does not match --hosts {hosts} x --osds-per-host {per_host}",
-                asked.osds.unwrap_or(0)
-            );
-        }
-        Ok(Layout {
-            osds: total,
-            per_host: Some(per_host),
-            netns: asked.netns,
-        })
-    }
-
-    /// The layout `up` runs: the one asked for, checked against the one
-    /// the cluster was made with. Options left out keep the recorded
-    /// layout; a host layout never changes (a flat cluster may grow).
-    fn resolve(asked: &LayoutArgs, recorded: Option<&Layout>) -> Result<Layout> {
-        let Some(was) = recorded else {
-            return Layout::new(asked);
-        };
-        if asked.hosts.is_some() || asked.netns {
-            let now = Layout::new(asked)?;
-            if now != *was {
-                bail!("this cluster was made with {was}; its layout cannot change to {now}");
-            }
-            return Ok(now);
-        }
-        match asked.osds {
-            None => Ok(was.clone()),
-            Some(_) if was.per_host.is_none() => Layout::new(asked),
-            Some(n) if n == was.osds => Ok(was.clone()),
-            Some(n) => bail!("this cluster was made with {was}; --osds {n} does not match it"),
-        }
-    }
-
-    /// The CRUSH host of OSD `id` (`hK`), if the layout names hosts.
-    fn host_of(&self, id: u32) -> Option<String> {
-        self.host_number(id).map(|k| format!("h{k}"))
-    }
-
-    /// K of the host `hK` of OSD `id`, if the layout names hosts.
-    fn host_number(&self, id: u32) -> Option<u32> {
-        self.per_host.map(|m| id / m + 1)
-    }
-
-    /// Failure domains the default rule has: hosts, or OSDs.
-    fn domains(&self) -> u32 {
-        self.per_host.map_or(self.osds, |m| self.osds / m)
-    }
-}
-
 /// A new cluster's configuration for `layout`: a free monitor port, OSD
 /// locations, and (one machine) replicas on distinct OSDs; `--store` and
 /// `--set` apply last.
 fn new_config(layout: &Layout, net: Option<&HostNet>, fresh: &Fresh) -> Result<Config> {
     let mut config = Config::default();
     let mon_ip = net.map_or(std::net::Ipv4Addr::LOCALHOST, HostNet::mon_ip);
-    config.set("global.mon_addr", &format!("{mon_ip}:{}", free_port(mon_ip)?))?;
+    config.set(
+        "global.mon_addr",
+        &format!("{mon_ip}:{}", free_port(mon_ip)?),
+    )?;
     if layout.per_host.is_none() {
         // One machine: replicas and failure reports count by OSD.
         config.set("mon.osd_crush_chooseleaf_type", "osd")?;
@@ -432,6 +220,7 @@ fn up(
     let made_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
+    let had_state = state_path(&dir).exists();
     let mut state = load_state(&dir)?;
     state.daemons.retain(is_running);
     let net = match layout.netns {
@@ -439,8 +228,11 @@ fn up(
         true => match ensure_network(&dir, &mut state, &layout) {
             Ok(net) => Some(net),
             Err(e) => {
+                // Leave nothing behind: the network removed itself.
                 if made_dir {
                     let _ = std::fs::remove_dir_all(&dir);
+                } else if !had_state {
+                    let _ = std::fs::remove_file(state_path(&dir));
                 }
                 return Err(e);
             }
@@ -464,26 +256,30 @@ fn up(
     if ctx.json {
         println!("{status}");
     } else {
-        println!(
-            "cluster up: {} osds, {} pgs active ({}); config {}",
-            status["osds"]["up"],
-            status["pgs"]["active"],
-            status["health"].as_str().unwrap_or("?"),
-            conf_path.display()
-        );
-        if let Some(net) = &net {
-            println!(
-                "hosts h1..h{} in network namespaces cairn-{}-hK; public network {}, \
-                 cluster network {}",
-                net.hosts,
-                net.tag,
-                net.network(Net::Public),
-                net.network(Net::Cluster)
-            );
-        }
-        println!("use it with: export CAIRN_CONF={}", conf_path.display());
+        print_up(&status, &conf_path, net.as_ref());
     }
     Ok(())
+}
+
+fn print_up(status: &serde_json::Value, conf_path: &Path, net: Option<&HostNet>) {
+    println!(
+        "cluster up: {} osds, {} pgs active ({}); config {}",
+        status["osds"]["up"],
+        status["pgs"]["active"],
+        status["health"].as_str().unwrap_or("?"),
+        conf_path.display()
+    );
+    if let Some(net) = net {
+        println!(
+            "hosts h1..h{} in network namespaces cairn-{}-hK; public network {}, \
+             cluster network {}",
+            net.hosts,
+            net.tag,
+            net.network(Net::Public),
+            net.network(Net::Cluster)
+        );
+    }
+    println!("use it with: export CAIRN_CONF={}", conf_path.display());
 }
 
 /// The host network of a `--netns` cluster, made if missing. The plan is

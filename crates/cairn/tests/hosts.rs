@@ -182,7 +182,10 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
         );
         assert!(public.port() != 0 && cluster_addr.port() != 0, "{osd}");
         assert_eq!(osd["location"]["host"], host.as_str(), "{osd}");
-        assert_eq!((osd["up"].as_bool(), osd["in"].as_bool()), (Some(true), Some(true)));
+        assert_eq!(
+            (osd["up"].as_bool(), osd["in"].as_bool()),
+            (Some(true), Some(true))
+        );
         publics.insert(subnet(public));
         clusters.insert(subnet(cluster_addr));
     }
@@ -194,7 +197,10 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
         .collect();
     assert_eq!(distinct_ips.len(), 3, "an address per host: {dump}");
     let mon = mon_addr(&cluster);
-    assert!(publics.contains(&subnet(mon)), "monitor {mon} is not on {publics:?}");
+    assert!(
+        publics.contains(&subnet(mon)),
+        "monitor {mon} is not on {publics:?}"
+    );
     assert_eq!(dump["pools"][0]["name"], "rbd");
     let text = cluster.ok(&["osd", "dump"]);
     let line = text
@@ -203,8 +209,14 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
         .expect("osd.3 line");
     assert!(
         line.contains(" up in ")
-            && line.contains(&format!("public {}", osds[3]["public_addr"].as_str().unwrap()))
-            && line.contains(&format!("cluster {}", osds[3]["cluster_addr"].as_str().unwrap()))
+            && line.contains(&format!(
+                "public {}",
+                osds[3]["public_addr"].as_str().unwrap()
+            ))
+            && line.contains(&format!(
+                "cluster {}",
+                osds[3]["cluster_addr"].as_str().unwrap()
+            ))
             && line.contains("host=h2"),
         "{line}"
     );
@@ -214,7 +226,10 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
     let osd2 = &osds[2];
     let (public2, cluster2) = (addr(&osd2["public_addr"]), addr(&osd2["cluster_addr"]));
     assert!(answers_ping(public2, Entity::Client(77)).await);
-    assert!(!answers_ping(public2, Entity::Osd(0)).await, "a peer on the public address");
+    assert!(
+        !answers_ping(public2, Entity::Osd(0)).await,
+        "a peer on the public address"
+    );
     assert!(
         !reachable(cluster2, Duration::from_secs(1)).await,
         "a client reached the cluster network at {cluster2}"
@@ -222,7 +237,15 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
 
     // Client I/O through the public network.
     let client = cluster.client().await;
-    cluster.ok(&["image", "create", "rbd/io", "--size", "4M", "--object-size", "64K"]);
+    cluster.ok(&[
+        "image",
+        "create",
+        "rbd/io",
+        "--size",
+        "4M",
+        "--object-size",
+        "64K",
+    ]);
     let image = Image::open(&client, "rbd", "io").await.expect("open");
     let data = pattern(5, 4 << 20);
     within("write", WAIT, image.write(0, Bytes::from(data.clone())))
@@ -247,9 +270,17 @@ async fn netns_hosts_keep_replicas_and_networks_apart() {
         .expect("net.tag")
         .to_string();
     let (namespaces, links) = network_objects(&tag);
-    assert_eq!((namespaces.len(), links.len()), (3, 8), "{namespaces:?} {links:?}");
+    assert_eq!(
+        (namespaces.len(), links.len()),
+        (3, 8),
+        "{namespaces:?} {links:?}"
+    );
     let out = cluster.cluster_cmd(&["down"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (namespaces, links) = network_objects(&tag);
     assert!(
         namespaces.is_empty() && links.is_empty(),
@@ -350,7 +381,10 @@ async fn a_cut_host_acknowledges_nothing_and_converges_when_healed() {
         let (probe, client) = (probe.clone(), client.clone());
         tokio::spawn(async move {
             let data = Bytes::from(pattern(9, OBJ as usize));
-            probe.write(object as u64 * OBJ, data).await.expect("probe write");
+            probe
+                .write(object as u64 * OBJ, data)
+                .await
+                .expect("probe write");
             client.map()
         })
     };
@@ -367,7 +401,10 @@ async fn a_cut_host_acknowledges_nothing_and_converges_when_healed() {
     let map = client.map();
     for pg in map.all_pgs() {
         let acting = map.acting(pg).osds;
-        assert!(!acting.contains(&2) && !acting.contains(&3), "{pg}: {acting:?}");
+        assert!(
+            !acting.contains(&2) && !acting.contains(&3),
+            "{pg}: {acting:?}"
+        );
     }
     for osd in [2, 3] {
         let public = addr(&Value::from(client.map().osds[&osd].addr.clone()));
@@ -394,7 +431,11 @@ async fn a_cut_host_acknowledges_nothing_and_converges_when_healed() {
     let healed = stats.acks();
     wait_acks(&stats, healed, 100, "after the heal").await;
     load.stop().await;
-    assert!(stats.errors().is_empty(), "writes failed: {:?}", stats.errors());
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
     wait_all_clean(&cluster).await;
     verify(&image, &model, "after the heal, all clean").await;
 
@@ -436,17 +477,38 @@ fn netns_refusals_make_nothing() {
     let cases: &[(&[&str], &str)] = &[
         (&["--netns"], "--netns needs --hosts"),
         (&["--netns", "--osds", "3"], "--netns needs --hosts"),
-        (&["--hosts", "201", "--netns"], "--netns supports at most 200 hosts"),
         (
-            &["--hosts", "3", "--netns", "--set", "osd.public_addr=nowhere"],
+            &["--hosts", "201", "--netns"],
+            "--netns supports at most 200 hosts",
+        ),
+        (
+            &[
+                "--hosts",
+                "3",
+                "--netns",
+                "--set",
+                "osd.public_addr=nowhere",
+            ],
             "osd.public_addr",
         ),
         (
-            &["--hosts", "3", "--netns", "--set", "osd.cluster_addr=0.0.0.0:0"],
+            &[
+                "--hosts",
+                "3",
+                "--netns",
+                "--set",
+                "osd.cluster_addr=0.0.0.0:0",
+            ],
             "not 0.0.0.0",
         ),
         (
-            &["--hosts", "3", "--netns", "--set", "osd.1.public_addr=10.0.0.1"],
+            &[
+                "--hosts",
+                "3",
+                "--netns",
+                "--set",
+                "osd.1.public_addr=10.0.0.1",
+            ],
             "osd.1.public_addr",
         ),
     ];
@@ -459,14 +521,24 @@ fn netns_refusals_make_nothing() {
     }
     // As another user: refused before anything is made.
     let nobody = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", CAIRN])
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            CAIRN,
+        ])
         .args(["cluster", "up", "--hosts", "3", "--netns", "--dir"])
         .arg(&dir)
         .output();
     match nobody {
         Ok(out) if String::from_utf8_lossy(&out.stderr).starts_with("cairn: error: ") => {
             let err = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success() && err.contains("--netns needs root"), "{err}");
+            assert!(
+                !out.status.success() && err.contains("--netns needs root"),
+                "{err}"
+            );
             assert!(!dir.exists());
         }
         other => eprintln!("not checked as another user (setpriv: {other:?})"),
@@ -515,7 +587,10 @@ async fn a_host_cut_from_the_cluster_network_only_is_reported_down_until_healed(
     let cut_at = Instant::now();
     wait_osd_state(&client, 2, false).await;
     wait_osd_state(&client, 3, false).await;
-    eprintln!("h2's OSDs reported down {:?} after the cut", cut_at.elapsed());
+    eprintln!(
+        "h2's OSDs reported down {:?} after the cut",
+        cut_at.elapsed()
+    );
     let mon_log = std::fs::read_to_string(cluster.path().join("mon.log")).expect("mon.log");
     for osd in [2, 3] {
         assert!(
@@ -529,7 +604,10 @@ async fn a_host_cut_from_the_cluster_network_only_is_reported_down_until_healed(
     // boot again only once their peers answer.
     for osd in [2, 3] {
         let public = addr(&Value::from(client.map().osds[&osd].addr.clone()));
-        assert!(answers_ping(public, Entity::Client(78)).await, "osd.{osd} at {public}");
+        assert!(
+            answers_ping(public, Entity::Client(78)).await,
+            "osd.{osd} at {public}"
+        );
     }
     let from = stats.acks();
     let watch_until = Instant::now() + Duration::from_secs(8);
@@ -553,11 +631,18 @@ async fn a_host_cut_from_the_cluster_network_only_is_reported_down_until_healed(
     let healed_at = Instant::now();
     wait_osd_state(&client, 2, true).await;
     wait_osd_state(&client, 3, true).await;
-    eprintln!("h2's OSDs up again {:?} after the heal", healed_at.elapsed());
+    eprintln!(
+        "h2's OSDs up again {:?} after the heal",
+        healed_at.elapsed()
+    );
     let healed = stats.acks();
     wait_acks(&stats, healed, 100, "after the heal").await;
     load.stop().await;
-    assert!(stats.errors().is_empty(), "writes failed: {:?}", stats.errors());
+    assert!(
+        stats.errors().is_empty(),
+        "writes failed: {:?}",
+        stats.errors()
+    );
     wait_all_clean(&cluster).await;
     verify(&image, &model, "after the heal, all clean").await;
 }

@@ -514,7 +514,10 @@ impl OsdConfig {
         } else {
             self.cluster_addr.parse().map_err(|_| {
                 let text = &self.cluster_addr;
-                ("cluster_addr", format!("expected a socket address, got {text:?}"))
+                (
+                    "cluster_addr",
+                    format!("expected a socket address, got {text:?}"),
+                )
             })?
         };
         if cluster == public && public.port() != 0 {

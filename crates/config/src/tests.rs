@@ -31,7 +31,10 @@ fn defaults_match_the_documented_values() {
     assert_eq!(c.mon.osd_min_down_reporters, 2);
     assert_eq!(c.mon.osd_reporter_subtree_level, "host");
     assert_eq!(c.osd.bind_addr, "127.0.0.1:0");
-    assert_eq!((c.osd.public_addr.as_str(), c.osd.cluster_addr.as_str()), ("", ""));
+    assert_eq!(
+        (c.osd.public_addr.as_str(), c.osd.cluster_addr.as_str()),
+        ("", "")
+    );
     assert_eq!(c.osd.heartbeat_interval_ms, 1000);
     assert_eq!(c.osd.store, StoreKind::Bluestore);
     assert_eq!(c.osd.journal_max_bytes, 268_435_456);
@@ -213,8 +216,14 @@ fn ranges_are_validated() {
         ("[osd]\nbind_addr = \"localhost\"\n", "osd.bind_addr"),
         ("[osd]\npublic_addr = \"nowhere\"\n", "osd.public_addr"),
         ("[osd]\npublic_addr = \"10.0.0.1\"\n", "osd.public_addr"),
-        ("[osd]\ncluster_addr = \"0.0.0.0:7000\"\n", "osd.cluster_addr"),
-        ("[osd.2]\ncluster_addr = \"10.1.0.2\"\n", "osd.2.cluster_addr"),
+        (
+            "[osd]\ncluster_addr = \"0.0.0.0:7000\"\n",
+            "osd.cluster_addr",
+        ),
+        (
+            "[osd.2]\ncluster_addr = \"10.1.0.2\"\n",
+            "osd.2.cluster_addr",
+        ),
         (
             "[osd.2]\npublic_addr = \"10.0.0.2:7000\"\ncluster_addr = \"10.0.0.2:7000\"\n",
             "osd.2.cluster_addr",
@@ -274,12 +283,21 @@ fn osd_addresses_resolve_public_then_cluster() {
     .unwrap();
     // bind_addr is the public address when public_addr is empty.
     let a0 = c.osd_for(0).addrs().unwrap();
-    assert_eq!((a0.public.to_string(), a0.cluster.to_string()), ("10.0.0.9:0".into(), "10.0.0.9:0".into()));
+    assert_eq!(
+        (a0.public.to_string(), a0.cluster.to_string()),
+        ("10.0.0.9:0".into(), "10.0.0.9:0".into())
+    );
     // The cluster address defaults to the public IP with any port.
     let a1 = c.osd_for(1).addrs().unwrap();
-    assert_eq!((a1.public.to_string(), a1.cluster.to_string()), ("10.0.0.1:6800".into(), "10.0.0.1:0".into()));
+    assert_eq!(
+        (a1.public.to_string(), a1.cluster.to_string()),
+        ("10.0.0.1:6800".into(), "10.0.0.1:0".into())
+    );
     let a2 = c.osd_for(2).addrs().unwrap();
-    assert_eq!((a2.public.to_string(), a2.cluster.to_string()), ("10.0.0.2:0".into(), "10.1.0.2:0".into()));
+    assert_eq!(
+        (a2.public.to_string(), a2.cluster.to_string()),
+        ("10.0.0.2:0".into(), "10.1.0.2:0".into())
+    );
     assert!(err("[osd]\npublic_addr = \"0.0.0.0:6800\"\n").contains("not 0.0.0.0"));
     // One IP for both networks is fine with any ports.
     Config::parse("[osd]\ncluster_addr = \"127.0.0.1:0\"\npublic_addr = \"127.0.0.1:0\"\n")

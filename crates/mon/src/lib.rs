@@ -317,7 +317,9 @@ impl Monitor {
                 silent_ms,
             } => {
                 if *booted != Some(reporter) || reporter == target {
-                    tracing::warn!("failure report by osd.{reporter} from another session; ignored");
+                    tracing::warn!(
+                        "failure report by osd.{reporter} from another session; ignored"
+                    );
                     return Ok(());
                 }
                 let mut st = self.state.lock();

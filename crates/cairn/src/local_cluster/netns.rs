@@ -86,7 +86,10 @@ impl HostNet {
                 hosts,
             };
             let first = u32::from(net.ip(Net::Public, 0));
-            if !routes.iter().any(|&(n, len)| overlaps((first, 23), (n, len))) {
+            if !routes
+                .iter()
+                .any(|&(n, len)| overlaps((first, 23), (n, len)))
+            {
                 return Ok(net);
             }
         }
@@ -117,6 +120,7 @@ impl HostNet {
 
     /// Host `hK`'s address on `net`; host 0 is the root namespace's.
     pub fn ip(&self, net: Net, host: u32) -> Ipv4Addr {
+        assert!(host <= MAX_HOSTS, "host h{host} beyond the plan");
         let [a, b] = self.subnet;
         let third = match net {
             Net::Public => b,
@@ -254,7 +258,10 @@ impl HostNet {
             }
         }
         if !failures.is_empty() {
-            bail!("could not remove all of the host network: {}", failures.join("; "));
+            bail!(
+                "could not remove all of the host network: {}",
+                failures.join("; ")
+            );
         }
         Ok(removed)
     }
@@ -300,7 +307,11 @@ fn ip_output(args: &[&str]) -> Result<String> {
         .output()
         .context("cannot run `ip` (iproute2)")?;
     if !out.status.success() {
-        bail!("`ip {}` failed: {}", args.join(" "), first_line(&out.stderr));
+        bail!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            first_line(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -392,7 +403,10 @@ mod tests {
         assert_eq!(n.mon_ip(), Ipv4Addr::new(10, 120, 8, 1));
         assert_eq!(n.ip(Net::Public, 2), Ipv4Addr::new(10, 120, 8, 12));
         assert_eq!(n.ip(Net::Cluster, 2), Ipv4Addr::new(10, 120, 9, 12));
-        assert_eq!(n.ip(Net::Cluster, MAX_HOSTS), Ipv4Addr::new(10, 120, 9, 210));
+        assert_eq!(
+            n.ip(Net::Cluster, MAX_HOSTS),
+            Ipv4Addr::new(10, 120, 9, 210)
+        );
         assert_eq!(n.namespace(3), "cairn-abc123-h3");
         assert_eq!(n.veth(3, Net::Public), "cnabc123h3p");
     }

@@ -368,4 +368,3 @@ pub async fn verify(image: &Image, model: &Model, what: &str) {
         blocks.len()
     );
 }
-

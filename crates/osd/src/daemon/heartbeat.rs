@@ -88,7 +88,8 @@ impl Heartbeats {
         if st.epoch != map.epoch {
             let chosen = peers_of(map, me);
             st.peers.retain(|osd, beat| {
-                chosen.contains(osd) && map.osds.get(osd).map(|o| o.up_from) == Some(beat.incarnation)
+                chosen.contains(osd)
+                    && map.osds.get(osd).map(|o| o.up_from) == Some(beat.incarnation)
             });
             for osd in chosen {
                 st.peers.entry(osd).or_insert_with(|| Beat {
@@ -108,7 +109,10 @@ impl Heartbeats {
                 continue;
             }
             round.silent.push((osd, silent.as_millis() as u64));
-            if beat.dropped_at.is_none_or(|at| now.duration_since(at) > self.grace) {
+            if beat
+                .dropped_at
+                .is_none_or(|at| now.duration_since(at) > self.grace)
+            {
                 beat.dropped_at = Some(now);
                 round.drop_links.push(osd);
             }
@@ -227,13 +231,20 @@ mod tests {
         assert!(first.silent.is_empty() && first.drop_links.is_empty());
         assert!(!hb.healthy(t0), "nobody answered yet");
         hb.pong(1, t0 + Duration::from_secs(1));
-        assert!(hb.healthy(t0 + Duration::from_secs(1)), "one of three answered");
+        assert!(
+            hb.healthy(t0 + Duration::from_secs(1)),
+            "one of three answered"
+        );
         let later = hb.round(&map, 0, t0 + Duration::from_secs(4));
         assert_eq!(later.silent, vec![(2, 4000), (3, 4000)]);
         assert_eq!(later.drop_links, vec![2, 3]);
         let again = hb.round(&map, 0, t0 + Duration::from_secs(5));
         assert_eq!(again.silent.len(), 3, "osd.1 silent too by now");
-        assert_eq!(again.drop_links, vec![1], "2 and 3 were dropped within the grace");
+        assert_eq!(
+            again.drop_links,
+            vec![1],
+            "2 and 3 were dropped within the grace"
+        );
         assert!(!hb.healthy(t0 + Duration::from_secs(5)));
     }
 

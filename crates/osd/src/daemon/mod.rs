@@ -199,7 +199,8 @@ impl Osd {
         tokio::spawn(self.clone().peer_heartbeat_loop());
         tokio::try_join!(
             self.clone().accept_loop(listeners.public, Network::Public),
-            self.clone().accept_loop(listeners.cluster, Network::Cluster),
+            self.clone()
+                .accept_loop(listeners.cluster, Network::Cluster),
         )?;
         Ok(())
     }

@@ -145,7 +145,12 @@ impl Osd {
         }
     }
 
-    async fn heartbeat_loop(self: Arc<Self>, sender: Sender, boot: Message, reboot: Arc<AtomicBool>) {
+    async fn heartbeat_loop(
+        self: Arc<Self>,
+        sender: Sender,
+        boot: Message,
+        reboot: Arc<AtomicBool>,
+    ) {
         let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
         loop {
             tokio::select! {
