@@ -5,8 +5,9 @@
 //! namespace. Checked on real processes: replicas on three hosts, both
 //! addresses in `osd dump`, the networks kept apart, a host cut off under
 //! load (it acknowledges nothing, the others go on) and healed (everything
-//! converges and reads back), bad input, and `cluster down` removing every
-//! namespace, veth and bridge.
+//! converges and reads back), a host cut from the cluster network only
+//! (its peers report it down; it stays down until healed), bad input, and
+//! `cluster down` removing every namespace, veth and bridge.
 //!
 //! These tests need root and `ip netns`; without them they check only that
 //! `--netns` is refused, and say so.
