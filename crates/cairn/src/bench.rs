@@ -93,7 +93,15 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
         let image = Image::open(&cluster, &pool, &name).await?;
         spec.validate(cairn_volume::Volume::size(&*image))?;
-        let report = cairn_bench::run(image, &spec).await?;
+        let report = cairn_bench::run(image, &spec).await.map_err(|e| match e {
+            cairn_bench::BenchError::Io {
+                source: cairn_volume::VolumeError::NoSpace,
+                ..
+            } => anyhow::anyhow!(
+                "{e}: an OSD serving the image is full (see `cairn status`; remove data or add OSDs)"
+            ),
+            other => other.into(),
+        })?;
         if json {
             println!("{}", report.to_json()?);
         } else {

@@ -183,6 +183,11 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
             .map(str::to_string)
             .collect(),
         crush_chooseleaf_type: m.osd_crush_chooseleaf_type.clone(),
+        full_ratios: cairn_map::FullRatios::new(
+            m.osd_nearfull_ratio.get(),
+            m.osd_backfillfull_ratio.get(),
+            m.osd_full_ratio.get(),
+        )?,
     };
     let rt = runtime(1)?;
     rt.block_on(async {
@@ -231,6 +236,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
             recovery_max_active: osd_conf.recovery_max_active as usize,
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
+            recovery_sleep_busy: Duration::from_millis(osd_conf.recovery_sleep_busy_ms),
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
             scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),

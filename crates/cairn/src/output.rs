@@ -39,13 +39,19 @@ pub fn print_status(v: &Value) {
 
 pub fn print_osds(v: &Value) {
     println!(
-        "{:<6} {:<22} {:<5} {:<4} {:>9} {:<6}",
-        "ID", "ADDRESS", "UP", "IN", "WEIGHT", "CLASS"
+        "{:<6} {:<22} {:<5} {:<4} {:>9} {:<6} {:>5} {:<12}",
+        "ID", "ADDRESS", "UP", "IN", "WEIGHT", "CLASS", "USE%", "FULL"
     );
     for osd in v.as_array().into_iter().flatten() {
         let weight = osd["weight"].as_u64().unwrap_or(0) as f64 / 65536.0;
+        let used = match (osd["used_bytes"].as_u64(), osd["total_bytes"].as_u64()) {
+            (Some(used), Some(total)) if total > 0 => {
+                format!("{:.1}", used as f64 * 100.0 / total as f64)
+            }
+            _ => "-".to_string(),
+        };
         println!(
-            "{:<6} {:<22} {:<5} {:<4} {:>9.5} {:<6}",
+            "{:<6} {:<22} {:<5} {:<4} {:>9.5} {:<6} {:>5} {:<12}",
             format!("osd.{}", s(&osd["id"])),
             s(&osd["addr"]),
             if osd["up"].as_bool() == Some(true) {
@@ -59,7 +65,9 @@ pub fn print_osds(v: &Value) {
                 "out"
             },
             weight,
-            s(&osd["class"])
+            s(&osd["class"]),
+            used,
+            s(&osd["full"])
         );
     }
 }

@@ -255,7 +255,9 @@ fn json_output_parses_with_the_expected_fields() {
             "osd addr {addr:?}"
         );
         assert!(osd["weight"].as_u64().is_some_and(|w| w > 0), "{osd}");
+        assert_eq!(osd["full"], "none", "{osd}");
     }
+    assert!(status["full"]["ratios"]["full"].is_f64(), "{status}");
 
     let pools = json(&cluster, &["pool", "ls"]);
     let pools = pools.as_array().expect("pool ls is an array");

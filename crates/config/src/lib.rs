@@ -256,6 +256,27 @@ impl Config {
                 ),
             ));
         }
+        let (nearfull, backfillfull, full) = (
+            mon.osd_nearfull_ratio.get(),
+            mon.osd_backfillfull_ratio.get(),
+            mon.osd_full_ratio.get(),
+        );
+        if nearfull > backfillfull {
+            return Err(invalid(
+                origin,
+                "mon.osd_nearfull_ratio",
+                format!(
+                    "must not exceed mon.osd_backfillfull_ratio ({backfillfull}), got {nearfull}"
+                ),
+            ));
+        }
+        if backfillfull > full {
+            return Err(invalid(
+                origin,
+                "mon.osd_backfillfull_ratio",
+                format!("must not exceed mon.osd_full_ratio ({full}), got {backfillfull}"),
+            ));
+        }
         crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_crush_chooseleaf_type)
             .map_err(|reason| invalid(origin, "mon.osd_crush_chooseleaf_type", reason))?;
         crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_reporter_subtree_level)

@@ -156,6 +156,17 @@ fn shard_size(v: &u64) -> Result<(), String> {
     }
 }
 
+fn positive_ratio(v: &Ratio) -> Result<(), String> {
+    if v.get() > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be greater than 0 and at most 1, got {}",
+            v.get()
+        ))
+    }
+}
+
 fn pg_num(v: &u32) -> Result<(), String> {
     match *v {
         1..=65536 => Ok(()),
@@ -314,6 +325,18 @@ section! {
         /// (`osd` or a bucket type; a cluster on one machine uses `osd`).
         /// Read when the monitor creates the cluster.
         osd_crush_chooseleaf_type: String = "host".to_string(), check crush_name;
+        /// An OSD whose store is at least this full (used / total bytes,
+        /// from its heartbeats) is `nearfull`: a health warning. Above 0,
+        /// at most `osd_backfillfull_ratio`.
+        osd_nearfull_ratio: Ratio = Ratio(0.85), check positive_ratio;
+        /// An OSD at least this full is `backfillfull`: it takes no
+        /// backfill (PGs moving to it wait as `backfill_toofull`). At
+        /// most `osd_full_ratio`.
+        osd_backfillfull_ratio: Ratio = Ratio(0.90), check positive_ratio;
+        /// An OSD at least this full is `full`: writes to its PGs fail at
+        /// once with a no-space error (NBD ENOSPC) while reads, removes
+        /// and discards still work; health is HEALTH_ERR. At most 1.
+        osd_full_ratio: Ratio = Ratio(0.95), check positive_ratio;
     }
 }
 
@@ -355,6 +378,9 @@ section! {
         /// Pause, in milliseconds, between starting recovery operations
         /// (Ceph's `osd_recovery_sleep`), to leave the disk to clients.
         recovery_sleep_ms: u64 = 0, check any;
+        /// While clients are being served, recovery yields to them: one
+        /// object at a time, started at most every this many milliseconds.
+        recovery_sleep_busy_ms: u64 = 20, check any;
         /// PGs backfilling at once with this OSD as primary, and as many
         /// with it as target (at least 1; Ceph's `osd_max_backfills`).
         max_backfills: u32 = 1, check at_least_one;

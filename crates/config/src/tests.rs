@@ -584,3 +584,40 @@ fn crush_options_are_checked_against_the_bucket_types() {
     config.set("mon.osd_crush_chooseleaf_type", "osd").unwrap();
     assert!(set_err("osd.crush_location", "rack=r1 row").contains("type=name"));
 }
+
+#[test]
+fn full_ratios_are_in_range_and_ordered() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.mon.osd_nearfull_ratio.get(),
+            c.mon.osd_backfillfull_ratio.get(),
+            c.mon.osd_full_ratio.get()
+        ),
+        (0.85, 0.90, 0.95)
+    );
+    let key = |text: &str| Config::parse(text).unwrap_err().key().map(str::to_string);
+    assert_eq!(
+        key("[mon]\nosd_full_ratio = 0\n").as_deref(),
+        Some("mon.osd_full_ratio")
+    );
+    assert!(err("[mon]\nosd_nearfull_ratio = 0.0\n").contains("greater than 0"));
+    assert!(err("[mon]\nosd_full_ratio = 1.5\n").contains("from 0 to 1"));
+    assert!(err("[mon]\nosd_nearfull_ratio = 0.92\n")
+        .contains("must not exceed mon.osd_backfillfull_ratio (0.9), got 0.92"));
+    assert!(err("[mon]\nosd_full_ratio = 0.5\n").contains("mon.osd_backfillfull_ratio"));
+    // One at a time they clash; together they are accepted.
+    assert!(set_err("mon.osd_full_ratio", "0.5").contains("must not exceed"));
+    let mut c = Config::default();
+    c.set_all([
+        ("mon.osd_nearfull_ratio", "0.3"),
+        ("mon.osd_backfillfull_ratio", "0.4"),
+        ("mon.osd_full_ratio", "0.5"),
+    ])
+    .unwrap();
+    assert_eq!(c.mon.osd_full_ratio.get(), 0.5);
+    Config::parse(
+        "[mon]\nosd_nearfull_ratio = 1\nosd_backfillfull_ratio = 1\nosd_full_ratio = 1\n",
+    )
+    .unwrap();
+}

@@ -52,6 +52,7 @@ impl ClusterMap {
             down_at: 0,
             up_thru: 0,
             lost_at: 0,
+            full: crate::FullState::None,
         });
         info.addr = addrs.public;
         info.cluster_addr = addrs.cluster;

@@ -2,8 +2,8 @@
 //! daemon and client shares — OSDs (address, up/down, in/out, up_thru,
 //! lost), the CRUSH hierarchy and rules ([`crush`]: where each OSD sits, its
 //! weight and class), pools (size, min_size, pg_num, CRUSH rule), PG
-//! overrides (`pg_temp`) and the PGs' past intervals ([`history`]) — and the
-//! placement computed from it alone.
+//! overrides (`pg_temp`), the PGs' past intervals ([`history`]) and each
+//! OSD's fullness ([`full`]) — and the placement computed from it alone.
 //!
 //! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
 //! change. Everyone else holds an immutable copy and computes, for any object,
@@ -16,12 +16,14 @@
 //! This crate must never do I/O.
 
 mod cache;
+pub mod full;
 mod hierarchy;
 pub mod history;
 #[cfg(test)]
 mod timing;
 
 pub use cairn_crush as crush;
+pub use full::{FullRatios, FullState, OsdUsage};
 pub use history::{PastInterval, PgHistory};
 
 use std::collections::BTreeMap;
@@ -68,6 +70,10 @@ pub struct OsdInfo {
     /// Epoch at which an administrator declared this OSD's data lost (0 if
     /// never): peering stops waiting for it.
     pub lost_at: Epoch,
+    /// How full the OSD's store is, as the monitor last judged from its
+    /// heartbeats ([`full`]); kept while the OSD is down.
+    #[serde(default)]
+    pub full: FullState,
 }
 
 /// The addresses an OSD announces at boot.

@@ -15,9 +15,18 @@ impl Monitor {
     pub(crate) fn command(&self, cmd: MonCommand) -> Result<Result<String, String>, MonStoreError> {
         let mut st = self.state.lock();
         let value: Result<Value, String> = match cmd {
-            MonCommand::Status => Ok(status(&st.map, &st.pg_stats)),
+            MonCommand::Status => Ok(status(
+                &st.map,
+                &st.pg_stats,
+                &st.usage,
+                &self.opts.full_ratios,
+                &st.osd_counters,
+            )),
             MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
-            MonCommand::OsdLs => Ok(crate::crush_commands::osd_list(&st.map)),
+            MonCommand::OsdLs => Ok(crate::full::add_usage(
+                crate::crush_commands::osd_list(&st.map),
+                &st.usage,
+            )),
             MonCommand::OsdDump => Ok(osd_dump(&st.map)),
             MonCommand::PoolLs => Ok(json!(st
                 .map
@@ -27,7 +36,11 @@ impl Monitor {
                 .collect::<Vec<_>>())),
             MonCommand::PgLs => Ok(json!(pg_list(&st.map, &st.pg_stats))),
             MonCommand::PgQuery { pg } => pg_query(&st.map, pg, st.pg_stats.get(&pg)),
-            MonCommand::HealthDetail => Ok(crate::health::health_detail(&st.map, &st.pg_stats)),
+            MonCommand::HealthDetail => Ok(crate::health::health_detail(
+                &st.map,
+                &st.pg_stats,
+                &st.usage,
+            )),
             MonCommand::PgInconsistent => Ok(crate::health::pg_inconsistent(&st.map, &st.pg_stats)),
             MonCommand::OsdLost { id } => self.update(&mut st, |map| match map.mark_lost(id) {
                 Ok(changed) => (changed, Ok(json!({ "osd": id, "lost": true }))),
@@ -170,6 +183,16 @@ pub(crate) fn pg_state(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Str
     }
 }
 
+/// `HEALTH_OK`, or the checks that failed: `HEALTH_ERR` when an OSD is
+/// full (writes fail), else `HEALTH_WARN`.
+fn health_line(error: bool, checks: &[String]) -> String {
+    match (error, checks.is_empty()) {
+        (_, true) => "HEALTH_OK".to_string(),
+        (true, false) => format!("HEALTH_ERR: {}", checks.join("; ")),
+        (false, false) => format!("HEALTH_WARN: {}", checks.join("; ")),
+    }
+}
+
 fn has_word(state: &str, word: &str) -> bool {
     state.split('+').any(|w| w == word)
 }
@@ -233,11 +256,22 @@ fn pg_query(map: &ClusterMap, pg: PgId, stat: Option<&PgStat>) -> Result<Value, 
     }))
 }
 
-fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> Value {
+fn status(
+    map: &ClusterMap,
+    stats: &std::collections::HashMap<PgId, PgStat>,
+    usage: &std::collections::HashMap<cairn_types::OsdId, cairn_map::OsdUsage>,
+    ratios: &cairn_map::FullRatios,
+    counters: &std::collections::HashMap<cairn_types::OsdId, cairn_wire::RecoveryCounters>,
+) -> Value {
     let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
     let mut objects = 0;
     let (mut degraded, mut unfound) = (0, 0);
-    let (mut recovered_objects, mut backfilled_objects, mut recovery_bytes) = (0, 0, 0);
+    // Recovery counters are each OSD's, over every PG in any role: a PG's
+    // primary changes, an OSD's total does not.
+    let recovered_objects: u64 = counters.values().map(|c| c.recovered_objects).sum();
+    let backfilled_objects: u64 = counters.values().map(|c| c.backfilled_objects).sum();
+    let recovery_bytes: u64 = counters.values().map(|c| c.recovery_bytes).sum();
+    let repaired_objects: u64 = counters.values().map(|c| c.repaired_objects).sum();
     let mut undersized = 0u64;
     for pg in map.all_pgs() {
         let stat = stats.get(&pg);
@@ -247,9 +281,6 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
             objects += s.objects;
             degraded += s.degraded;
             unfound += s.unfound;
-            recovered_objects += s.recovered_objects;
-            backfilled_objects += s.backfilled_objects;
-            recovery_bytes += s.recovery_bytes;
         }
     }
     let count = |word: &str| -> u64 {
@@ -264,7 +295,7 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
     let active = count("active");
     let osds_up = map.osds.values().filter(|o| o.up).count();
     let osds_in = map.osds.values().filter(|o| o.is_in).count();
-    let mut warnings = Vec::new();
+    let (any_full, mut warnings) = crate::full::health(map, usage);
     if osds_up < map.osds.len() {
         warnings.push(format!("{} osds down", map.osds.len() - osds_up));
     }
@@ -276,6 +307,10 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
         ("peered", "peered but below min_size (I/O blocked)"),
         ("degraded", "degraded"),
         ("backfilling", "backfilling"),
+        (
+            "backfill_toofull",
+            "waiting for backfill targets below backfillfull",
+        ),
         ("recovering", "recovering"),
     ] {
         let n = count(word);
@@ -302,8 +337,9 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
     json!({
         "fsid": map.fsid,
         "epoch": map.epoch,
-        "health": if warnings.is_empty() { "HEALTH_OK".to_string() } else { format!("HEALTH_WARN: {}", warnings.join("; ")) },
+        "health": health_line(any_full, &warnings),
         "osds": { "total": map.osds.len(), "up": osds_up, "in": osds_in },
+        "full": crate::full::status_json(map, ratios),
         "pools": map.pools.len(),
         "pgs": { "total": total_pgs, "active": active, "clean": clean, "undersized": undersized, "by_state": by_state },
         "objects": objects,
@@ -313,6 +349,7 @@ fn status(map: &ClusterMap, stats: &std::collections::HashMap<PgId, PgStat>) -> 
             "recovered_objects": recovered_objects,
             "backfilled_objects": backfilled_objects,
             "bytes": recovery_bytes,
+            "repaired_objects": repaired_objects,
         },
     })
 }

@@ -1,11 +1,12 @@
-//! Health checks with what they concern (`cairn health detail`) and the
-//! scrub findings (`cairn pg inconsistent`), from the map and the latest
-//! reports of the PGs' primaries.
+//! Health checks with what they concern (`cairn health detail`: full
+//! OSDs, down OSDs, PG states) and the scrub findings (`cairn pg
+//! inconsistent`), from the map and the latest reports of the OSDs and the
+//! PGs' primaries.
 
 use std::collections::HashMap;
 
-use cairn_map::ClusterMap;
-use cairn_types::PgId;
+use cairn_map::{ClusterMap, FullState, OsdUsage};
+use cairn_types::{OsdId, PgId};
 use cairn_wire::PgStat;
 use serde_json::{json, Value};
 
@@ -27,7 +28,7 @@ fn current<'a>(map: &ClusterMap, pg: PgId, stats: &'a HashMap<PgId, PgStat>) -> 
 }
 
 fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
-    let kinds: [(&str, &str, bool, &str); 7] = [
+    let kinds: [(&str, &str, bool, &str); 8] = [
         (
             "down",
             "PG_DOWN",
@@ -55,6 +56,12 @@ fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
         ("peering", "PG_PEERING", false, "peering"),
         ("undersized", "PG_UNDERSIZED", false, "undersized"),
         ("degraded", "PG_DEGRADED", false, "degraded"),
+        (
+            "backfill_toofull",
+            "PG_BACKFILL_FULL",
+            false,
+            "waiting for backfill targets below backfillfull",
+        ),
     ];
     let mut checks = Vec::new();
     for (word, code, error, what) in kinds {
@@ -119,6 +126,27 @@ fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
     checks
 }
 
+/// OSDs at or above a full ratio: `OSD_FULL` (an error: writes fail),
+/// `OSD_BACKFILLFULL`, `OSD_NEARFULL`.
+fn full_checks(map: &ClusterMap, usage: &HashMap<OsdId, OsdUsage>) -> Vec<Check> {
+    crate::full::by_state(map, usage)
+        .into_iter()
+        .map(|(state, osds)| Check {
+            code: match state {
+                FullState::Full => "OSD_FULL",
+                FullState::Backfillfull => "OSD_BACKFILLFULL",
+                _ => "OSD_NEARFULL",
+            },
+            error: state == FullState::Full,
+            summary: crate::full::summary(state, osds.len()),
+            detail: osds
+                .iter()
+                .map(|(o, r)| format!("{} is {state}", crate::full::describe(*o, *r)))
+                .collect(),
+        })
+        .collect()
+}
+
 fn osd_checks(map: &ClusterMap) -> Vec<Check> {
     let down: Vec<String> = map
         .osds
@@ -142,8 +170,13 @@ fn osd_checks(map: &ClusterMap) -> Vec<Check> {
 }
 
 /// `cairn health detail`.
-pub(crate) fn health_detail(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Value {
-    let mut checks = osd_checks(map);
+pub(crate) fn health_detail(
+    map: &ClusterMap,
+    stats: &HashMap<PgId, PgStat>,
+    usage: &HashMap<OsdId, OsdUsage>,
+) -> Value {
+    let mut checks = full_checks(map, usage);
+    checks.extend(osd_checks(map));
     checks.extend(pg_checks(map, stats));
     let health = if checks.iter().any(|c| c.error) {
         "HEALTH_ERR"

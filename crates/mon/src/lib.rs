@@ -4,8 +4,11 @@
 //! after a longer interval, out), as well as ones their peers report
 //! silent on the cluster network ([`failure`]), creates and removes pools,
 //! persists every new epoch in its [`store`] before publishing it, and
-//! pushes each epoch to every subscriber. It also gathers the PG states that primaries report in
-//! their heartbeats, for `cairn status`. It never touches object data.
+//! pushes each epoch to every subscriber. It also gathers the PG states
+//! that primaries report in their heartbeats, for `cairn status`, and each
+//! OSD's used and total space, which it judges against the full ratios
+//! (`full`), recording in the map which OSDs are nearfull, backfillfull or
+//! full. It never touches object data.
 //!
 //! One monitor serves a cluster for now; a Raft quorum will replace
 //! [`store::MapStore`] without changing the map model.
@@ -13,6 +16,7 @@
 mod commands;
 mod crush_commands;
 mod failure;
+mod full;
 mod health;
 pub mod store;
 
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_map::crush::{CrushError, CrushMap};
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, FullRatios, OsdUsage};
 use cairn_types::{OsdId, PgId};
 use cairn_wire::{Connection, Message, PgStat, Sender, WireError};
 use parking_lot::Mutex;
@@ -48,6 +52,8 @@ pub struct MonOptions {
     pub crush_bucket_types: Vec<String>,
     /// Failure domain of a new cluster's default rule.
     pub crush_chooseleaf_type: String,
+    /// Usage ratios at which an OSD is nearfull, backfillfull and full.
+    pub full_ratios: FullRatios,
 }
 
 impl Default for MonOptions {
@@ -66,6 +72,7 @@ impl Default for MonOptions {
                 .map(|t| t.to_string())
                 .collect(),
             crush_chooseleaf_type: "host".into(),
+            full_ratios: FullRatios::default(),
         }
     }
 }
@@ -102,6 +109,10 @@ struct MonState {
     /// Peers' reports of OSDs silent on the cluster network.
     failures: failure::FailureReports,
     pg_stats: HashMap<PgId, PgStat>,
+    /// Each OSD's recovery counters, as it last reported them.
+    pub(crate) osd_counters: HashMap<OsdId, cairn_wire::RecoveryCounters>,
+    /// Each OSD's latest reported usage.
+    usage: HashMap<OsdId, OsdUsage>,
     /// PGs whose primary reported them recovered while they had history:
     /// trimmed together at the next tick.
     to_trim: HashSet<PgId>,
@@ -150,6 +161,8 @@ impl Monitor {
             down_since: HashMap::new(),
             failures: failure::FailureReports::default(),
             pg_stats: HashMap::new(),
+            osd_counters: HashMap::new(),
+            usage: HashMap::new(),
             to_trim: HashSet::new(),
             recent: VecDeque::from([map]),
             next_session: 1,
@@ -299,10 +312,20 @@ impl Monitor {
                     tracing::error!("osd.{id}: CRUSH location not applied: {e}");
                 }
             }
-            Message::OsdHeartbeat { id, pgs, .. } => {
+            Message::OsdHeartbeat {
+                id,
+                pgs,
+                usage,
+                counters,
+                ..
+            } => {
                 let mut st = self.state.lock();
+                st.osd_counters.insert(id, counters);
                 if let Some(s) = st.sessions.get_mut(&id).filter(|s| s.session == session) {
                     s.last_heartbeat = Instant::now();
+                }
+                if let Some(usage) = usage {
+                    self.judge_usage(&mut st, id, usage)?;
                 }
                 for stat in pgs {
                     if stat.recovered && st.map.pg_history.contains_key(&stat.pg) {
@@ -469,6 +492,26 @@ impl Monitor {
 }
 
 impl Monitor {
+    /// Record OSD `id`'s reported usage; a new epoch if it crosses a ratio.
+    fn judge_usage(
+        &self,
+        st: &mut MonState,
+        id: OsdId,
+        usage: OsdUsage,
+    ) -> Result<(), MonStoreError> {
+        st.usage.insert(id, usage);
+        let Some(state) = full::state_change(&st.map, &self.opts.full_ratios, id, &usage) else {
+            return Ok(());
+        };
+        tracing::warn!(
+            "osd.{id} is {state} now: {} of {} bytes used ({:.1}%)",
+            usage.used_bytes,
+            usage.total_bytes,
+            usage.ratio() * 100.0
+        );
+        self.update(st, |map| (map.set_full_state(id, state), ()))
+    }
+
     /// Forget the past intervals of PGs whose primaries reported them
     /// recovered in their current interval, in one new epoch.
     fn trim_recovered(&self, st: &mut MonState) {

@@ -7,13 +7,14 @@
 //! It checks what arrives before any PG sees it: a client op must carry
 //! only reads or only mutations, name a valid object of the PG it is sent
 //! to, and reach that PG's primary; an op or peering message from a newer
-//! map waits (bounded) for that map.
+//! map waits (bounded) for that map. While the map records this OSD as
+//! backfillfull or full, it refuses backfill reservations.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, FullState};
 use cairn_store::{StoreError, Transaction};
 use cairn_types::{Epoch, OsdId, PgId};
 use cairn_wire::{ObjOp, OpError, OsdOp, OsdOpReply, PgBody, PgMessage, PgStat};
@@ -31,6 +32,9 @@ pub struct CoreOptions {
     pub recovery_max_active: usize,
     /// Pause between starting recovery operations (`osd_recovery_sleep`).
     pub recovery_sleep: Duration,
+    /// Pause between starting recovery operations while clients are
+    /// served (one at a time then).
+    pub recovery_sleep_busy: Duration,
     /// PGs backfilling at once, as primary and as target (`osd_max_backfills`).
     pub max_backfills: usize,
     /// Unanswered peering requests are sent again after this long.
@@ -64,6 +68,7 @@ impl Default for CoreOptions {
             pg_log_max_entries: 3000,
             recovery_max_active: 3,
             recovery_sleep: Duration::ZERO,
+            recovery_sleep_busy: Duration::from_millis(20),
             max_backfills: 1,
             peering_retry: Duration::from_secs(2),
             scrub_interval: Duration::from_secs(24 * 3600),
@@ -115,6 +120,7 @@ impl OsdCore {
         let slots = Slots::new(
             opts.recovery_max_active,
             opts.recovery_sleep,
+            opts.recovery_sleep_busy,
             opts.max_backfills,
             opts.max_scrubs,
         );
@@ -187,6 +193,7 @@ impl OsdCore {
         }
         let contiguous = map.epoch == self.map.epoch + 1;
         self.map = map;
+        self.refuse_backfill_if_full();
         self.remove_deleted(io);
         let me = self.id;
         let new: Vec<PgId> = self
@@ -206,6 +213,19 @@ impl OsdCore {
             }
         }
         self.kick_wanting(io);
+    }
+
+    /// Take no backfill while the map records this OSD as backfillfull or
+    /// full. The monitor is the one judge of fullness (the ratios are its
+    /// configuration, and `status` shows the same verdict), so the OSD
+    /// acts on the map rather than on its own statfs; primaries check the
+    /// same map before every backfill batch, so a reservation granted
+    /// before the OSD filled up stops at the next batch.
+    fn refuse_backfill_if_full(&mut self) {
+        let state = self.map.full_state(self.id);
+        let why = (state >= FullState::Backfillfull)
+            .then(|| format!("osd.{} is {state} (backfill_toofull)", self.id));
+        self.slots.set_refuse_backfill(why);
     }
 
     /// Drop the PGs of pools the map no longer has, and their data.
@@ -257,6 +277,7 @@ impl OsdCore {
         if op.epoch > self.map.epoch {
             return self.hold(Held::Op(client, op), io);
         }
+        self.slots.client_op(io.now());
         let epoch = self.map.epoch;
         let refuse = |io: &mut dyn OsdIo, tid, error| {
             io.reply(
@@ -391,6 +412,19 @@ impl OsdCore {
         let id = self.id;
         self.with_pg(pg, io, |pg, ctx| pg.request_scrub(ctx, deep, repair))
             .unwrap_or_else(|| Err(format!("osd.{id} does not hold pg {pg}")))
+    }
+
+    /// Recovery this OSD did since it started, over every PG it holds.
+    pub fn counters(&self) -> cairn_wire::RecoveryCounters {
+        let mut total = cairn_wire::RecoveryCounters::default();
+        for pg in self.pgs.values() {
+            let c = pg.counters;
+            total.recovered_objects += c.recovered_objects;
+            total.backfilled_objects += c.backfilled_objects;
+            total.recovery_bytes += c.recovery_bytes;
+            total.repaired_objects += c.repaired_objects;
+        }
+        total
     }
 
     /// The state of every PG this OSD is primary for.

@@ -2,7 +2,10 @@
 //!
 //! - Recovery: at most `osd_recovery_max_active` objects in recovery at
 //!   once across the OSD's PGs, and a new one at most every
-//!   `osd_recovery_sleep`. PGs that found no free slot queue for one.
+//!   `osd_recovery_sleep`. Clients come first: while client operations
+//!   arrive (within [`CLIENT_ACTIVE_WINDOW`] of the last), one object at a
+//!   time, a new one at most every `osd_recovery_sleep_busy`. PGs that
+//!   found no free slot queue for one.
 //! - Backfill: at most `osd_max_backfills` PGs backfilling as primary
 //!   (local) and as many as target (remote) — Ceph's reservations. A remote
 //!   reservation is refused when this OSD is too full to take data
@@ -14,10 +17,16 @@ use std::time::Duration;
 
 use cairn_types::PgId;
 
+/// How long after a client operation this OSD counts as serving clients.
+pub const CLIENT_ACTIVE_WINDOW: Duration = Duration::from_millis(200);
+
 #[derive(Debug)]
 pub struct Slots {
     recovery_max: usize,
     recovery_sleep: Duration,
+    recovery_sleep_busy: Duration,
+    /// Clients are served until then (see [`Slots::client_op`]).
+    clients_until: Duration,
     in_use: BTreeMap<PgId, usize>,
     total: usize,
     next_start: Duration,
@@ -35,12 +44,15 @@ impl Slots {
     pub fn new(
         recovery_max: usize,
         recovery_sleep: Duration,
+        recovery_sleep_busy: Duration,
         backfill_max: usize,
         scrub_max: usize,
     ) -> Self {
         Slots {
             recovery_max: recovery_max.max(1),
             recovery_sleep,
+            recovery_sleep_busy,
+            clients_until: Duration::ZERO,
             in_use: BTreeMap::new(),
             total: 0,
             next_start: Duration::ZERO,
@@ -70,14 +82,29 @@ impl Slots {
         self.scrubbing.remove(&pg);
     }
 
+    /// A client operation arrived: recovery yields to clients for a while.
+    pub fn client_op(&mut self, now: Duration) {
+        self.clients_until = now + CLIENT_ACTIVE_WINDOW;
+    }
+
+    /// Recovery objects allowed in flight now, and the spacing of starts.
+    fn budget(&self, now: Duration) -> (usize, Duration) {
+        if now < self.clients_until {
+            (1, self.recovery_sleep_busy.max(self.recovery_sleep))
+        } else {
+            (self.recovery_max, self.recovery_sleep)
+        }
+    }
+
     /// Take a recovery slot for `pg` if one is free now.
     pub fn take(&mut self, pg: PgId, now: Duration) -> bool {
-        if self.total >= self.recovery_max || now < self.next_start {
+        let (max, sleep) = self.budget(now);
+        if self.total >= max || now < self.next_start {
             return false;
         }
         self.total += 1;
         *self.in_use.entry(pg).or_default() += 1;
-        self.next_start = now + self.recovery_sleep;
+        self.next_start = now + sleep;
         true
     }
 
@@ -110,7 +137,8 @@ impl Slots {
 
     /// PGs to give another try, if a slot could be free.
     pub fn take_wanting(&mut self, now: Duration) -> Vec<PgId> {
-        if self.total >= self.recovery_max || now < self.next_start {
+        let (max, _) = self.budget(now);
+        if self.total >= max || now < self.next_start {
             return Vec::new();
         }
         self.wanting.drain(..).collect()
@@ -178,7 +206,13 @@ mod tests {
     #[test]
     fn recovery_slots_are_bounded_and_spaced() {
         let pg = PgId::new(1, 0);
-        let mut slots = Slots::new(2, Duration::from_millis(10), 1, 1);
+        let mut slots = Slots::new(
+            2,
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+            1,
+            1,
+        );
         let t = Duration::from_secs(1);
         assert!(slots.take(pg, t));
         assert!(!slots.take(pg, t), "the sleep spaces starts");
@@ -192,12 +226,27 @@ mod tests {
         assert_eq!(slots.take_wanting(t + Duration::from_secs(1)), vec![pg]);
         slots.release_pg(pg);
         assert_eq!(slots.in_use(), 0);
+        // Clients first: one object at a time, spaced by the busy sleep.
+        let t = t + Duration::from_secs(10);
+        slots.client_op(t);
+        assert!(slots.take(pg, t));
+        assert!(
+            !slots.take(pg, t + Duration::from_millis(100)),
+            "one at a time"
+        );
+        slots.release(pg, t);
+        assert!(!slots.take(pg, t + Duration::from_millis(20)), "spaced");
+        assert!(slots.take(pg, t + Duration::from_millis(50)));
+        slots.release(pg, t);
+        // Without clients for a while, the idle budget again.
+        let idle = t + Duration::from_secs(1);
+        assert!(slots.take(pg, idle) && slots.take(pg, idle + Duration::from_millis(10)));
     }
 
     #[test]
     fn backfill_reservations_are_bounded_and_refusable() {
         let (a, b) = (PgId::new(1, 0), PgId::new(1, 1));
-        let mut slots = Slots::new(1, Duration::ZERO, 1, 1);
+        let mut slots = Slots::new(1, Duration::ZERO, Duration::ZERO, 1, 1);
         assert!(slots.take_backfill(a));
         assert!(slots.take_backfill(a), "idempotent");
         assert!(!slots.take_backfill(b));

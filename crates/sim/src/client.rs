@@ -64,6 +64,10 @@ pub struct SimClient {
     /// Start new operations on their own (random runs).
     pub active: bool,
     pub acked_writes: u64,
+    /// Writes refused with `NoSpace` (not applied: the model keeps the
+    /// content acknowledged before), and the longest such refusal took.
+    pub nospace_writes: u64,
+    pub nospace_latency: Duration,
     pub reads_checked: u64,
     pub violations: Vec<String>,
     /// Completed reads, with what they returned, for scripted checks.
@@ -87,6 +91,8 @@ impl SimClient {
             next_key: 1,
             active: false,
             acked_writes: 0,
+            nospace_writes: 0,
+            nospace_latency: Duration::ZERO,
             reads_checked: 0,
             violations: Vec::new(),
             reads: Vec::new(),
@@ -284,6 +290,12 @@ impl SimClient {
             (Kind::Write(data), Ok(_)) => {
                 obj.acked = Some(data.clone());
                 self.acked_writes += 1;
+            }
+            (Kind::Write(_), Err(OpError::NoSpace)) => {
+                // Refused: nothing applied, the acknowledged content stands
+                // (the final read-back checks exactly that).
+                self.nospace_writes += 1;
+                self.nospace_latency = self.nospace_latency.max(took);
             }
             (Kind::Remove, Ok(_)) | (Kind::Remove, Err(OpError::NotFound)) => {
                 // NotFound: applied earlier, its reply lost, and the request

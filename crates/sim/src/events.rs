@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, OsdUsage};
 use cairn_osd::io::{copy_object, execute_reads, ClientId, CopyResult, Done, OsdIo, ReadResult};
 use cairn_osd::OsdCore;
 use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction};
@@ -24,7 +24,7 @@ pub(crate) enum NetMsg {
     Boot,
     UpThru(Epoch),
     PgTemp(PgId, Vec<OsdId>),
-    Stats(Vec<PgStat>),
+    Stats(Vec<PgStat>, Option<OsdUsage>),
 }
 
 pub(crate) enum Event {
@@ -361,8 +361,15 @@ impl Sim {
             Event::OsdHeartbeat { osd, inc } => {
                 if self.live(osd, inc) {
                     let mut stats = Vec::new();
-                    self.with_osd(osd, |core, io| stats = core.stats(io));
-                    self.send(Node::Osd(osd), Node::Mon, NetMsg::Stats(stats));
+                    let mut usage = None;
+                    self.with_osd(osd, |core, io| {
+                        stats = core.stats(io);
+                        usage = io.store().statfs().ok().map(|s| OsdUsage {
+                            used_bytes: s.used_bytes,
+                            total_bytes: s.total_bytes,
+                        });
+                    });
+                    self.send(Node::Osd(osd), Node::Mon, NetMsg::Stats(stats, usage));
                     self.schedule(HEARTBEAT, Event::OsdHeartbeat { osd, inc });
                 }
             }
@@ -423,9 +430,9 @@ impl Sim {
                     NetMsg::Boot => self.mon.request(Change::Boot(o)),
                     NetMsg::UpThru(epoch) => self.mon.request(Change::UpThru(o, epoch)),
                     NetMsg::PgTemp(pg, osds) => self.mon.request(Change::PgTemp(o, pg, osds)),
-                    NetMsg::Stats(stats) => {
+                    NetMsg::Stats(stats, usage) => {
                         let now = self.now;
-                        self.mon.heartbeat(o, now, stats);
+                        self.mon.heartbeat(o, now, stats, usage);
                     }
                     _ => {}
                 }

@@ -188,6 +188,7 @@ impl Sim {
             pg_log_max_entries: self.cfg.pg_log_max_entries,
             recovery_max_active: 2,
             recovery_sleep: Duration::ZERO,
+            recovery_sleep_busy: Duration::from_millis(5),
             max_backfills: 1,
             peering_retry: Duration::from_millis(500),
             scrub_interval: Duration::ZERO,

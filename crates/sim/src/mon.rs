@@ -2,14 +2,15 @@
 //! mutations, past intervals included) driven by the same requests the
 //! daemon monitor serves — boot, heartbeats (an OSD silent for the grace
 //! period is marked down, and out after the down-out interval), `up_thru`,
-//! `pg_temp`, trimming history when a primary reports its PG recovered —
-//! batched into one new epoch per tick.
+//! `pg_temp`, trimming history when a primary reports its PG recovered,
+//! each OSD's fullness judged from the usage its heartbeats report — batched
+//! into one new epoch per tick.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_map::{ClusterMap, WEIGHT_ONE};
+use cairn_map::{ClusterMap, FullRatios, FullState, OsdUsage, WEIGHT_ONE};
 use cairn_types::{Epoch, OsdId, PgId};
 use cairn_wire::PgStat;
 
@@ -22,12 +23,17 @@ pub enum Change {
     Lost(OsdId),
     UpThru(OsdId, Epoch),
     PgTemp(OsdId, PgId, Vec<OsdId>),
+    Full(OsdId, FullState),
 }
 
 pub struct SimMon {
     pub map: Arc<ClusterMap>,
     pub grace: Duration,
     pub down_out: Option<Duration>,
+    /// The ratios reported usage is judged by.
+    pub full_ratios: FullRatios,
+    /// Each OSD's latest reported usage.
+    pub usage: BTreeMap<OsdId, OsdUsage>,
     last_heartbeat: BTreeMap<OsdId, Duration>,
     down_since: BTreeMap<OsdId, Duration>,
     pub stats: BTreeMap<PgId, PgStat>,
@@ -51,6 +57,8 @@ impl SimMon {
             map: Arc::new(map),
             grace: Duration::from_secs(3),
             down_out: Some(Duration::from_secs(8)),
+            full_ratios: FullRatios::default(),
+            usage: BTreeMap::new(),
             last_heartbeat: BTreeMap::new(),
             down_since: BTreeMap::new(),
             stats: BTreeMap::new(),
@@ -63,9 +71,22 @@ impl SimMon {
         self.pending.push(change);
     }
 
-    pub fn heartbeat(&mut self, osd: OsdId, now: Duration, stats: Vec<PgStat>) {
+    pub fn heartbeat(
+        &mut self,
+        osd: OsdId,
+        now: Duration,
+        stats: Vec<PgStat>,
+        usage: Option<OsdUsage>,
+    ) {
         if self.map.is_up(osd) {
             self.last_heartbeat.insert(osd, now);
+        }
+        if let Some(usage) = usage {
+            self.usage.insert(osd, usage);
+            let state = self.full_ratios.state(&usage);
+            if state != self.map.full_state(osd) {
+                self.pending.push(Change::Full(osd, state));
+            }
         }
         for stat in stats {
             if stat.recovered && self.map.pg_history.contains_key(&stat.pg) {
@@ -144,6 +165,7 @@ impl SimMon {
             }
             Change::Lost(osd) => map.mark_lost(osd).unwrap_or(false),
             Change::UpThru(osd, epoch) => map.set_up_thru(osd, epoch),
+            Change::Full(osd, state) => map.set_full_state(osd, state),
             Change::PgTemp(from, pg, osds) => {
                 if map.acting(pg).primary() != Some(from) {
                     return false;

@@ -6,6 +6,11 @@
 //! one object's copy fail their checksum until the copy is rewritten whole
 //! (removed, or truncated to nothing); nothing else (no torn transactions: the real stores guarantee
 //! atomicity, and their own tests cover that).
+//!
+//! A test may give the disk a capacity ([`SimStore::set_capacity`]): its
+//! `statfs` then reports that total against the bytes it holds, so the
+//! OSD's heartbeats tell the monitor how full it is (the store itself
+//! never refuses a write: the full ratios must stop writes first).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -26,6 +31,8 @@ pub struct SimStore {
     next_seq: u64,
     /// Object copies whose data fails its checksum.
     corrupt: BTreeSet<ObjectId>,
+    /// The total `statfs` reports (`None`: unlimited).
+    capacity: Option<u64>,
 }
 
 impl Default for SimStore {
@@ -42,7 +49,18 @@ impl SimStore {
             pending: VecDeque::new(),
             next_seq: 0,
             corrupt: BTreeSet::new(),
+            capacity: None,
         }
+    }
+
+    /// Report `bytes` as the disk's capacity (`None`: unlimited).
+    pub fn set_capacity(&mut self, bytes: Option<u64>) {
+        self.capacity = bytes;
+    }
+
+    /// Bytes the disk holds now (data, attributes, omap, logs).
+    pub fn used_bytes(&self) -> u64 {
+        self.visible.statfs().map_or(0, |s| s.used_bytes)
     }
 
     /// Apply `txn` (visible at once) and return its sequence number; it is
@@ -192,7 +210,11 @@ impl ObjectStore for SimStore {
     }
 
     fn statfs(&self) -> Result<StoreStats> {
-        self.visible.statfs()
+        let mut stats = self.visible.statfs()?;
+        if let Some(capacity) = self.capacity {
+            stats.total_bytes = capacity;
+        }
+        Ok(stats)
     }
 }
 

@@ -9,10 +9,10 @@
 
 use bytes::Bytes;
 use cairn_map::crush::DeviceReport;
-use cairn_map::ClusterMap;
+use cairn_map::{ClusterMap, OsdUsage};
 use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
 
-use crate::pg::{PgMessage, PgStat};
+use crate::pg::{PgMessage, PgStat, RecoveryCounters};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,11 +40,16 @@ pub enum Message {
         /// Where the OSD is in the CRUSH hierarchy, its device class and size.
         crush: DeviceReport,
     },
-    /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is primary for.
+    /// Sent every heartbeat interval; `pgs` holds the PGs this OSD is
+    /// primary for, `usage` its store's space (`None` if the store could
+    /// not say), from which the monitor judges how full it is.
     OsdHeartbeat {
         id: OsdId,
         epoch: Epoch,
         pgs: Vec<PgStat>,
+        usage: Option<OsdUsage>,
+        /// Recovery done by this OSD since it started.
+        counters: RecoveryCounters,
     },
     /// `target` has not answered `reporter`'s heartbeats on the cluster
     /// network for `silent_ms`; sent every heartbeat interval while it
@@ -296,7 +301,9 @@ pub enum OpError {
     Exists,
     #[error("invalid operation: {0}")]
     Invalid(String),
-    #[error("no space left on the OSD")]
+    /// An OSD of the PG is full (or its store ran out of space): the
+    /// mutation was not applied. Removes, truncates and zeroing still work.
+    #[error("no space left: an OSD serving this object is full (see `cairn status`)")]
     NoSpace,
     #[error("I/O error: {0}")]
     Io(String),

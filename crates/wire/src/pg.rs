@@ -326,5 +326,19 @@ pub struct PgStat {
     pub inconsistent: Vec<Inconsistent>,
 }
 
+/// What an OSD's recovery did since it started, over all its PGs, in any
+/// role (as primary pulling or pushing, or receiving as a member).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryCounters {
+    /// Object copies brought up to date from the log (pulled or pushed).
+    pub recovered_objects: u64,
+    /// Objects copied by backfill.
+    pub backfilled_objects: u64,
+    /// Bytes moved by either.
+    pub recovery_bytes: u64,
+    /// Bad copies rewritten (read repair and scrub repair).
+    pub repaired_objects: u64,
+}
+
 /// Inconsistent objects a primary reports per PG at most.
 pub const MAX_INCONSISTENT_REPORTED: usize = 64;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod nbd;
 pub mod writes;
 
 use std::path::{Path, PathBuf};

@@ -1,8 +1,9 @@
 //! The OSD's monitor session: subscribe to maps (every epoch, so that no
 //! interval change is missed), boot, heartbeat with the stats of the PGs
-//! this OSD is primary for, carry the core's `up_thru` and `pg_temp`
-//! requests, and re-boot if the monitor marks this OSD down while it lives
-//! (once enough peers answer its heartbeats, see [`super::heartbeat`]).
+//! this OSD is primary for and its store's used and total space, carry the
+//! core's `up_thru` and `pg_temp` requests, and re-boot if the monitor
+//! marks this OSD down while it lives (once enough peers answer its
+//! heartbeats, see [`super::heartbeat`]).
 //! A lost session is re-established with backoff; the OSD keeps serving
 //! with the map it has meanwhile.
 
@@ -165,14 +166,26 @@ impl Osd {
                 reboot.store(false, Ordering::SeqCst);
                 sender.send(boot.clone());
             }
-            let (epoch, pgs) = self.with_core(|core, io| {
+            let (epoch, pgs, counters) = self.with_core(|core, io| {
                 let stats = core.stats(io);
-                (core.map().epoch, stats)
+                (core.map().epoch, stats, core.counters())
             });
+            let usage = match self.store.statfs() {
+                Ok(st) => Some(cairn_map::OsdUsage {
+                    used_bytes: st.used_bytes,
+                    total_bytes: st.total_bytes,
+                }),
+                Err(e) => {
+                    tracing::warn!("osd.{}: statfs failed: {e}", self.id());
+                    None
+                }
+            };
             let msg = Message::OsdHeartbeat {
                 id: self.id(),
                 epoch,
                 pgs,
+                usage,
+                counters,
             };
             if !sender.send(msg) {
                 return;

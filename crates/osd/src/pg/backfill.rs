@@ -10,10 +10,14 @@
 //! target as ordinary RepOps; writes ahead of it carry only the log entry.
 //! A PG backfills only while holding one of this OSD's backfill slots and
 //! one of each target's (`osd_max_backfills`); a target refuses when it has
-//! none free or is too full. When every target is complete, the primary
+//! none free or is too full. A target the map records as backfillfull (or
+//! full) gets nothing more: the primary checks the map before each batch,
+//! gives the reservation (and its own slot) back, and the PG shows
+//! `backfill_toofull` until the target has room again. When every target is complete, the primary
 //! asks the monitor to drop the `pg_temp`, and the PG peers again with the
 //! up set acting.
 
+use cairn_map::FullState;
 use cairn_store::ObjectId;
 use cairn_types::{OsdId, Version};
 use cairn_wire::{ActId, Backfill, ObjectCopy, PgBody};
@@ -25,6 +29,16 @@ use crate::io::{CopyResult, Done};
 
 /// Objects per backfill batch.
 pub const BACKFILL_BATCH: usize = 64;
+/// A target the map records at this fullness or above gets no backfill.
+pub(crate) const BACKFILL_LIMIT: FullState = FullState::Backfillfull;
+
+/// Why `osd` gets no backfill now.
+fn too_full(ctx: &Ctx<'_>, osd: OsdId) -> String {
+    format!(
+        "osd.{osd} is {} (backfill_toofull)",
+        ctx.map.full_state(osd)
+    )
+}
 /// Data bytes per push message at most (a larger object goes alone).
 pub const PUSH_BYTES: usize = 8 << 20;
 
@@ -45,6 +59,11 @@ pub(crate) struct BackfillTarget {
     pub step: Option<Step>,
     /// When to ask again after a refused reservation or a failed batch.
     pub retry_at: std::time::Duration,
+    /// Why the target last refused or lost its reservation, until granted.
+    pub refused: Option<String>,
+    /// The map records the target as too full for backfill (checked at
+    /// every kick): the PG shows `backfill_toofull`.
+    pub too_full: bool,
 }
 
 #[derive(Debug, Default)]
@@ -108,18 +127,32 @@ impl Pg {
         if !self.missing.is_empty() {
             return;
         }
-        if !primary.backfill_slot {
-            if !ctx.slots.take_backfill(self.id) {
-                return;
-            }
-            primary.backfill_slot = true;
-        }
         // One target at a time, holding only its reservation: a PG never
         // holds one target's slot while waiting for another's, so PGs
         // cannot deadlock on each other's reservations.
         let act = primary.act;
         let now = ctx.io.now();
         let Some((&osd, target)) = primary.backfill.iter_mut().find(|(_, t)| !t.complete) else {
+            return;
+        };
+        // A target too full for backfill: wait without this OSD's slot,
+        // so other PGs may backfill meanwhile.
+        target.too_full = ctx.map.full_state(osd) >= BACKFILL_LIMIT;
+        if target.too_full && target.reservation == Reservation::None {
+            target.refused = Some(too_full(ctx, osd));
+            if primary.backfill_slot {
+                primary.backfill_slot = false;
+                ctx.slots.release_backfill(self.id);
+            }
+            return;
+        }
+        if !primary.backfill_slot {
+            if !ctx.slots.take_backfill(self.id) {
+                return;
+            }
+            primary.backfill_slot = true;
+        }
+        let Some(target) = primary.backfill.get_mut(&osd) else {
             return;
         };
         match target.reservation {
@@ -149,7 +182,10 @@ impl Pg {
             return;
         };
         match result {
-            Ok(()) => target.reservation = Reservation::Granted,
+            Ok(()) => {
+                target.reservation = Reservation::Granted;
+                target.refused = None;
+            }
             Err(e) => {
                 tracing::info!(
                     "pg {}: osd.{from} refused a backfill reservation: {e}",
@@ -157,6 +193,7 @@ impl Pg {
                 );
                 target.reservation = Reservation::None;
                 target.retry_at = ctx.io.now() + ctx.opts.peering_retry * 5;
+                target.refused = Some(e);
                 return;
             }
         }
@@ -173,6 +210,22 @@ impl Pg {
         let Some(target) = primary.backfill.get_mut(&osd) else {
             return;
         };
+        if target.step.is_none() && ctx.map.full_state(osd) >= BACKFILL_LIMIT {
+            // The target filled up since it granted the reservation: stop
+            // before the next batch, give the reservation back and ask
+            // again later (it refuses while the map says it is too full).
+            target.reservation = Reservation::None;
+            target.retry_at = ctx.io.now() + ctx.opts.peering_retry * 5;
+            target.refused = Some(too_full(ctx, osd));
+            target.too_full = true;
+            tracing::info!(
+                "pg {}: backfill of osd.{osd} paused: it is {}",
+                self.id,
+                ctx.map.full_state(osd)
+            );
+            ctx.send(osd, self.id, PgBody::Release { act });
+            return;
+        }
         if target.step.is_none() {
             let after = target.done_upto.clone();
             let (names, done) = match scan(store, self.id, after.as_deref(), BACKFILL_BATCH) {

@@ -10,9 +10,15 @@
 //! acknowledged when all of them and the local store have committed it.
 //! A request id already in the log is answered from it, never applied
 //! twice.
+//!
+//! While the map records a member that would store the data as full, a
+//! mutation that may add data is refused at once with `NoSpace` (no
+//! waiting: the client sees the error); removes, truncates, zeroing and
+//! omap key removals still run, since they are how space comes back.
 
 use std::collections::BTreeSet;
 
+use cairn_map::FullState;
 use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction, MAX_OBJECT_SIZE};
 use cairn_types::{OsdId, Version};
 use cairn_wire::{ActId, LogEntry, LogOp, ObjOp, OpError, OpOutput, PgBody};
@@ -44,6 +50,18 @@ fn needs_object_state(ops: &[ObjOp]) -> bool {
                 | ObjOp::OmapInsert { .. }
                 | ObjOp::OmapRm { .. }
         ) || !op.is_mutation()
+    })
+}
+
+/// Does this request only free space (so it runs even while an OSD of
+/// the PG is full)? Removing an object, truncating, zeroing (a discard)
+/// and removing omap keys free space; everything else may add data.
+fn only_frees_space(ops: &[ObjOp]) -> bool {
+    ops.iter().all(|op| {
+        matches!(
+            op,
+            ObjOp::Remove | ObjOp::Truncate { .. } | ObjOp::Zero { .. } | ObjOp::OmapRm { .. }
+        )
     })
 }
 
@@ -82,6 +100,15 @@ impl Pg {
             return None;
         }
         let is_write = op.op.ops.iter().any(ObjOp::is_mutation);
+        if is_write && !only_frees_space(&op.op.ops) {
+            if let Some(osd) = self.full_member(ctx, &op.op.oid) {
+                // A resent request already applied gets its outcome.
+                if self.log.find_reqid(&op.op.reqid).is_none() {
+                    tracing::debug!("pg {}: {:?} refused: osd.{osd} is full", self.id, op.op.oid);
+                    return self.fail(ctx, op, OpError::NoSpace);
+                }
+            }
+        }
         let oid = op.op.oid.clone();
         let missing_here = self.missing.contains_key(&oid);
         let Some(primary) = self.primary.as_mut() else {
@@ -106,9 +133,19 @@ impl Pg {
             primary.objects.entry(oid).or_default().waiting.push(op);
             return None;
         }
+        // A write to an object some members miss goes ahead (they get the
+        // log entry only, and recovery brings them the newer object) as
+        // long as at least min_size acting members hold it; otherwise, and
+        // while the object is being copied, it waits for recovery.
+        let lacking = primary
+            .peers
+            .iter()
+            .filter(|(o, p)| !primary.backfill.contains_key(o) && p.missing.contains_key(&oid))
+            .count();
+        let holding = self.mapping.acting.osds.len() - lacking;
         let degraded = is_write
             && (primary.recovering.contains(&oid)
-                || primary.peers.values().any(|p| p.missing.contains_key(&oid))
+                || (lacking > 0 && (holding as u32) < self.mapping.min_size)
                 || primary.backfill.values().any(|b| b.blocks(&oid)));
         if missing_here || degraded {
             if !primary.urgent.contains(&oid) {
@@ -127,6 +164,22 @@ impl Pg {
             }
         }
         Some(op)
+    }
+
+    /// A member that would store a write to `oid` and that the map records
+    /// as full: an acting member, or a backfill target already holding
+    /// `oid`'s part of the PG. Map lookups only; no store calls.
+    fn full_member(&self, ctx: &Ctx<'_>, oid: &str) -> Option<OsdId> {
+        let full = |osd: &OsdId| ctx.map.full_state(*osd) == FullState::Full;
+        if let Some(&osd) = self.mapping.acting.osds.iter().find(|o| full(o)) {
+            return Some(osd);
+        }
+        let primary = self.primary.as_ref()?;
+        primary
+            .backfill
+            .iter()
+            .find(|(osd, target)| target.covers(oid) && full(osd))
+            .map(|(osd, _)| *osd)
     }
 
     /// Stop waiting for a good copy of `oid` (there is none): it is no
@@ -276,11 +329,25 @@ impl Pg {
         self.finish_append(entry.clone(), trim);
         let primary = self.primary.as_mut().expect("checked above");
         let mut waiting_on = BTreeSet::new();
-        for &peer in primary.peers.keys() {
-            let covered = primary
-                .backfill
-                .get(&peer)
-                .is_none_or(|b| b.covers(&entry.oid));
+        for (&peer, state) in primary.peers.iter_mut() {
+            let lacks = state.missing.contains_key(&entry.oid);
+            if lacks {
+                // It gets the entry only; recovery brings the object at
+                // this version (or nothing, if removed: it removes its copy).
+                match entry.op {
+                    LogOp::Modify => {
+                        state.missing.insert(entry.oid.clone(), version);
+                    }
+                    LogOp::Delete => {
+                        state.missing.remove(&entry.oid);
+                    }
+                }
+            }
+            let covered = !lacks
+                && primary
+                    .backfill
+                    .get(&peer)
+                    .is_none_or(|b| b.covers(&entry.oid));
             ctx.io.send(
                 peer,
                 cairn_wire::PgMessage {

@@ -329,6 +329,25 @@ impl Pg {
             });
             want.extend(extra.into_iter().map(|(o, _)| *o).take(size - want.len()));
         }
+        // A primary that must first recover objects itself would make
+        // clients wait for them: a member that holds everything serves
+        // meanwhile (the up primary stays acting, catching up by log
+        // recovery), and the acting set returns to the up order when done.
+        let auth_head = heard
+            .get(&auth)
+            .and_then(|h| h.info.as_ref())
+            .map(|i| i.last_update);
+        let current = |o: &OsdId| {
+            heard.get(o).is_some_and(|h| {
+                h.missing.is_empty() && h.usable().map(|i| i.last_update) == auth_head
+            })
+        };
+        if !blank && want.first().is_some_and(|p| !current(p)) {
+            if let Some(pos) = want.iter().position(current) {
+                let serving = want.remove(pos);
+                want.insert(0, serving);
+            }
+        }
         let backfill: Vec<OsdId> = self
             .mapping
             .up

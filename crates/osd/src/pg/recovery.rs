@@ -92,6 +92,28 @@ impl Pg {
         self.pull_missing(ctx);
         self.push_missing(ctx);
         self.kick_backfill(ctx);
+        self.return_to_up_order(ctx);
+    }
+
+    /// Recovered with the up set's members acting in another order (a
+    /// current member stood in as primary): back to the up order.
+    fn return_to_up_order(&mut self, ctx: &mut Ctx<'_>) {
+        let no_backfill = self.primary.as_ref().is_some_and(|p| p.backfill.is_empty());
+        if !no_backfill || !self.recovered() || self.mapping.acting.osds == self.mapping.up {
+            return;
+        }
+        let mut acting = self.mapping.acting.osds.clone();
+        let mut up = self.mapping.up.clone();
+        acting.sort_unstable();
+        up.sort_unstable();
+        if acting == up {
+            tracing::info!(
+                "pg {}: recovered; back to the up order {:?}",
+                self.id,
+                self.mapping.up
+            );
+            ctx.request_pg_temp(self.id, Vec::new());
+        }
     }
 
     /// Objects in `missing` to recover, those clients wait for first.

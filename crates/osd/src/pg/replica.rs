@@ -8,7 +8,7 @@
 
 use cairn_store::{ObjectId, Transaction};
 use cairn_types::{Epoch, OsdId, Version};
-use cairn_wire::{ActId, Backfill, LogEntry, ObjectCopy, PgBody, PgInfo};
+use cairn_wire::{ActId, Backfill, LogEntry, LogOp, ObjectCopy, PgBody, PgInfo};
 
 use super::log::{self, Missing, PgLog};
 use super::persist::{self, VERSION_ATTR};
@@ -271,7 +271,23 @@ impl Pg {
                 format!("object {:?} is missing here", entry.oid),
             );
         }
+        let lacking = data.is_none() && self.missing.contains_key(&entry.oid);
         let mut txn = data.unwrap_or_default();
+        if lacking {
+            // An object this member misses was written: it now misses the
+            // newer version (or, removed, need not fetch it at all).
+            match entry.op {
+                LogOp::Modify => {
+                    self.missing.insert(entry.oid.clone(), version);
+                    persist::missing_add(&mut txn, self.id, &entry.oid, version);
+                }
+                LogOp::Delete => {
+                    self.missing.remove(&entry.oid);
+                    persist::missing_remove(&mut txn, self.id, std::slice::from_ref(&entry.oid));
+                    txn.remove(&ObjectId::new(self.id, entry.oid.clone()));
+                }
+            }
+        }
         let trim = self.prepare_append(ctx, &entry, &mut txn);
         if let Err(e) = self.submit(
             ctx,

@@ -116,8 +116,11 @@ impl Pg {
                     && pending
                         .iter()
                         .any(|b| b.reservation == Reservation::Granted);
+                let too_full = pending.iter().any(|b| b.too_full);
                 words.push(if running {
                     "backfilling"
+                } else if too_full {
+                    "backfill_toofull"
                 } else {
                     "backfill_wait"
                 });
@@ -154,13 +157,17 @@ impl Pg {
                         .filter(|(_, b)| !b.complete)
                         .map(|(o, b)| {
                             format!(
-                                "osd.{o} {:?} after {:?}{}",
+                                "osd.{o} {:?} after {:?}{}{}",
                                 b.reservation,
                                 b.done_upto,
                                 if b.step.is_some() {
                                     " (batch in flight)"
                                 } else {
                                     ""
+                                },
+                                match &b.refused {
+                                    Some(why) => format!(" (refused: {why})"),
+                                    None => String::new(),
                                 }
                             )
                         })

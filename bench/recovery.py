@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Recovery benchmark: one OSD down under a 4 KiB random-write load, then
+back; how long until every PG is clean, how much it moved, and what the
+client saw meanwhile against the healthy cluster.
+
+Phases, on a fresh local 3-OSD cluster (pool size 3) with an image written
+through first:
+  1. healthy: `cairn bench` 4 KiB randwrite for --healthy seconds;
+  2. osd.2 killed (SIGKILL) and marked down; the load runs --down seconds;
+  3. osd.2 restarted while the load runs in --slice second windows until
+     every PG is active+clean.
+Reports: time from restart to clean; bytes the monitor's recovery counters
+report moved (this commit; absent on older ones), and bytes the restarted
+OSD wrote to its disk meanwhile (/proc/PID/io, comparable across commits);
+client IOPS and p99.99 latency healthy, degraded and during recovery (the
+worst window's p99.99).
+
+  --mode log       pg_log_max_entries large enough to cover the outage:
+                   only the objects written meanwhile are recovered;
+  --mode backfill  a short log: the returning OSD is backfilled (every
+                   object compared, the changed ones copied).
+
+Usage: python3 bench/recovery.py --mode log [--cairn target/release/cairn]
+       [--down 60] [--healthy 30] [--size 1G] [--iodepth 16] [--dir DIR]
+Needs a release build. Prints one markdown table row per run, and JSON with
+--json.
+"""
+import argparse, json, os, platform, shutil, signal, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, check=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        sys.exit(f"recovery.py: {' '.join(cmd)} failed: {p.stderr.strip()}")
+    return p.stdout
+
+
+class Cluster:
+    def __init__(self, cairn, path, log_entries):
+        self.cairn, self.path = cairn, path
+        shutil.rmtree(path, ignore_errors=True)
+        run([cairn, "cluster", "up", "--osds", "3", "--dir", path, "--pg-num", "32",
+             "--set", f"osd.pg_log_max_entries={log_entries}", "--timeout", "120"])
+        self.conf = os.path.join(path, "cairn.toml")
+
+    def cli(self, *args, check=True):
+        return run([self.cairn, "--conf", self.conf] + list(args), check=check)
+
+    def json(self, *args):
+        return json.loads(self.cli("--json", *args))
+
+    def pid(self, name):
+        state = json.load(open(os.path.join(self.path, "cluster.json")))
+        return next(d["pid"] for d in state["daemons"] if d["name"] == name)
+
+    def bench(self, seconds, iodepth, size):
+        out = self.cli("--json", "bench", "--image", "rbd/bench", "--rw", "randwrite", "--bs", "4k",
+                       "--iodepth", str(iodepth), "--runtime", str(seconds), "--ramp", "0",
+                       "--size", size)
+        return json.loads(out)
+
+    def clean(self):
+        st = self.json("status")
+        pgs = st["pgs"]
+        return pgs["total"] > 0 and pgs["clean"] == pgs["total"], st
+
+    def down(self):
+        run([self.cairn, "cluster", "down", "--dir", self.path], check=False)
+
+
+def point(report):
+    """IOPS and latencies (µs) of the writes of a `cairn bench --json` report."""
+    w = report["write"]
+    return {"iops": w["iops"], "p9999_us": w["lat"]["p99.99_us"], "mean_us": w["lat"]["mean_us"]}
+
+
+def write_bytes(pid):
+    for line in open(f"/proc/{pid}/io"):
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["log", "backfill"], required=True)
+    ap.add_argument("--cairn", default=os.path.join(ROOT, "target", "release", "cairn"))
+    ap.add_argument("--down", type=int, default=60)
+    ap.add_argument("--healthy", type=int, default=30)
+    ap.add_argument("--slice", type=int, default=5)
+    ap.add_argument("--size", default="1G")
+    ap.add_argument("--iodepth", type=int, default=16)
+    ap.add_argument("--dir", default="/tmp/cairn-recovery-bench")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    log_entries = 1_000_000 if args.mode == "log" else 50
+    c = Cluster(args.cairn, args.dir, log_entries)
+    try:
+        c.cli("image", "create", "rbd/bench", "--size", args.size)
+        c.cli("bench", "--image", "rbd/bench", "--rw", "write", "--bs", "1M", "--iodepth", "8",
+              "--runtime", "1", "--ramp", "0", "--precondition")
+        healthy = point(c.bench(args.healthy, args.iodepth, args.size))
+        os.kill(c.pid("osd.2"), signal.SIGKILL)
+        c.cli("osd", "down", "2")
+        degraded = point(c.bench(args.down, args.iodepth, args.size))
+        before = c.json("status").get("recovery", {})
+        run([args.cairn, "cluster", "up", "--osds", "3", "--dir", args.dir, "--timeout", "120"])
+        restarted = time.time()
+        pid = c.pid("osd.2")
+        written0 = write_bytes(pid)
+        windows = []
+        while True:
+            windows.append(point(c.bench(args.slice, args.iodepth, args.size)))
+            ok, st = c.clean()
+            if ok or time.time() - restarted > 900:
+                break
+        # Time to clean, to the poll's resolution.
+        while not c.clean()[0] and time.time() - restarted < 900:
+            time.sleep(0.2)
+        to_clean = time.time() - restarted
+        moved = write_bytes(pid) - written0
+        after = c.json("status").get("recovery", {})
+        rec = {k: after.get(k, 0) - before.get(k, 0) for k in ("recovered_objects", "backfilled_objects", "bytes")}
+        during = {"iops": sum(w["iops"] for w in windows) / len(windows),
+                  "p9999_us": max(w["p9999_us"] for w in windows),
+                  "windows": len(windows)}
+        out = {"mode": args.mode, "cairn": args.cairn, "down_s": args.down, "to_clean_s": round(to_clean, 1),
+               "restarted_osd_disk_written": moved, "recovery": rec,
+               "healthy": healthy, "degraded": degraded, "during_recovery": during,
+               "machine": f"{platform.node()} {os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        if args.json:
+            print(json.dumps(out, indent=1))
+        print(f"| {args.mode} | {out['to_clean_s']} s | {rec['recovered_objects']} / {rec['backfilled_objects']} "
+              f"| {rec['bytes'] / 2**20:.0f} MiB | {moved / 2**20:.0f} MiB "
+              f"| {healthy['iops']:.0f} / {healthy['p9999_us'] / 1000:.1f} ms "
+              f"| {degraded['iops']:.0f} / {degraded['p9999_us'] / 1000:.1f} ms "
+              f"| {during['iops']:.0f} / {during['p9999_us'] / 1000:.1f} ms |")
+    finally:
+        c.down()
+
+
+if __name__ == "__main__":
+    main()
