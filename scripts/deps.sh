@@ -7,6 +7,8 @@ command -v qemu-io >/dev/null 2>&1 || need+=(qemu-utils)
 command -v nbdcopy >/dev/null 2>&1 || need+=(libnbd-bin)
 [ -e /usr/lib/python3/dist-packages/nbd.py ] || need+=(python3-libnbd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# Network namespaces for `cairn cluster up --netns` and its tests.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # RocksDB (metadata of the BlueStore-class store), linked from Debian's
 # package (see .cargo/config.toml); bindgen needs libclang.
 [ -e /usr/lib/x86_64-linux-gnu/librocksdb.so ] || need+=(librocksdb-dev)

@@ -1,5 +1,5 @@
 //! `cairn mon` and `cairn osd`: run the daemons; also `cairn osd
-//! mkfs|fsck|perf|ls|out|in|down`, and `cairn osd tree|crush` (in
+//! mkfs|fsck|perf|ls|dump|out|in|down`, and `cairn osd tree|crush` (in
 //! `crush_cli`).
 
 use std::path::PathBuf;
@@ -57,6 +57,9 @@ pub enum OsdCmd {
     Perf { id: u32 },
     /// List OSDs with their state.
     Ls,
+    /// The map's OSDs with their public and cluster addresses, state and
+    /// CRUSH location, then pools and pg_temp.
+    Dump,
     /// Mark an OSD out: its PGs move elsewhere.
     Out { id: u32 },
     /// Mark an OSD in.
@@ -166,6 +169,8 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
     let m = &config.mon;
     let opts = cairn_mon::MonOptions {
         heartbeat_grace: Duration::from_millis(m.osd_heartbeat_grace_ms),
+        min_down_reporters: m.osd_min_down_reporters,
+        reporter_subtree_level: m.osd_reporter_subtree_level.clone(),
         down_on_disconnect: m.osd_down_on_disconnect,
         down_out_interval: (m.osd_down_out_interval_s > 0)
             .then(|| Duration::from_secs(m.osd_down_out_interval_s)),
@@ -224,6 +229,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         id,
         mon_addr: config.global.mon_addr.clone(),
         heartbeat_interval: Duration::from_millis(osd_conf.heartbeat_interval_ms),
+        heartbeat_grace: Duration::from_millis(config.mon.osd_heartbeat_grace_ms),
         fsid_file: Some(dir.join("fsid")),
         crush,
         core: cairn_osd::CoreOptions {
@@ -239,12 +245,17 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             planted_bug: None,
         },
     };
+    let addrs = osd_conf
+        .addrs()
+        .map_err(|(key, reason)| anyhow::anyhow!("osd.{key}: {reason}"))?;
     let rt = runtime(osd_conf.worker_threads)?;
     rt.block_on(async {
-        let (osd, listener) = cairn_osd::Osd::bind(opts, store, &osd_conf.bind_addr).await?;
-        tracing::info!("osd.{id} listening on {}", listener.local_addr()?);
+        let (osd, listeners) =
+            cairn_osd::Osd::bind(opts, store, addrs.public, addrs.cluster).await?;
+        let (public, cluster) = osd.addrs();
+        tracing::info!("osd.{id} listening on {public} (public) and {cluster} (cluster)");
         tokio::select! {
-            r = osd.serve(listener) => r.context("osd stopped")?,
+            r = osd.serve(listeners) => r.context("osd stopped")?,
             _ = shutdown_signal() => tracing::info!("osd.{id} shutting down"),
         }
         Ok(())
@@ -329,6 +340,7 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         OsdCmd::Fsck(args) => return osd_fsck(ctx, args),
         OsdCmd::Perf { id } => return admin::osd_perf(ctx, id),
         OsdCmd::Ls => MonCommand::OsdLs,
+        OsdCmd::Dump => MonCommand::OsdDump,
         OsdCmd::Out { id } => MonCommand::OsdOut { id },
         OsdCmd::In { id } => MonCommand::OsdIn { id },
         OsdCmd::Down { id } => MonCommand::OsdDown { id },
@@ -347,11 +359,14 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
     };
     let is_ls = matches!(mon_cmd, MonCommand::OsdLs);
+    let is_dump = matches!(mon_cmd, MonCommand::OsdDump);
     let value = admin::mon_command(ctx, mon_cmd)?;
     if ctx.json {
         println!("{value}");
     } else if is_ls {
         crate::output::print_osds(&value);
+    } else if is_dump {
+        crate::output::print_osd_dump(&value);
     } else {
         println!("{value}");
     }

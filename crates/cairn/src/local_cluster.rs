@@ -1,5 +1,5 @@
-//! `cairn cluster up|status|down`: a whole cluster on this machine, for
-//! trying Cairn out, tests and benchmarks.
+//! `cairn cluster up|status|down|cut|heal`: a whole cluster on this
+//! machine, for trying Cairn out, tests and benchmarks.
 //!
 //! `up` writes `DIR/cairn.toml` (first time only, with a free monitor port),
 //! starts the monitor and N OSDs as background processes logging to
@@ -13,18 +13,31 @@
 //! does). With `--hosts H --osds-per-host M` OSDs `(k-1)*M .. k*M-1` are on
 //! host `hk` (`--crush-location host=hk`, also written to `[osd.N]` of a new
 //! `cairn.toml` so plain restarts keep it) and replicas go to distinct hosts.
+//! The layout is recorded in `cluster.json` at the first `up`; a later `up`
+//! may restate it but not change it.
+//!
+//! With `--netns` each host's OSDs also run in their own network namespace
+//! with an address on a public and on a cluster network ([`netns`]); the
+//! monitor and clients stay in the root namespace, on the public bridge.
+//! `cut` and `heal` set a host's links down and up; `down` removes the
+//! namespaces, links and bridges after stopping the daemons.
+
+mod layout;
+mod netns;
+mod state;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use cairn_config::{Config, StoreKind};
 use cairn_wire::MonCommand;
 use clap::Subcommand;
-use serde::{Deserialize, Serialize};
 
 use crate::{admin, osd_store, Context};
+use layout::{Layout, LayoutArgs};
+use netns::{HostNet, Net};
+use state::{is_running, load_state, save_state, spawn_daemon, state_path, Daemon, State};
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
@@ -40,6 +53,10 @@ pub enum ClusterCmd {
         /// OSDs per host with --hosts (default 1).
         #[arg(long, requires = "hosts")]
         osds_per_host: Option<u32>,
+        /// Run each host's OSDs in their own network namespace, with an
+        /// address on a public and a cluster network (needs root, --hosts).
+        #[arg(long)]
+        netns: bool,
         #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
         dir: PathBuf,
         /// Object store for the OSDs (first `up` only).
@@ -61,94 +78,34 @@ pub enum ClusterCmd {
         #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
         dir: PathBuf,
     },
-    /// Stop the daemons this cluster started.
+    /// Stop the daemons this cluster started (and remove its host network).
     Down {
+        #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
+        dir: PathBuf,
+    },
+    /// Cut a host's links (a --netns cluster): its packets are dropped.
+    Cut {
+        /// The host, e.g. `h2`.
+        #[arg(long)]
+        host: String,
+        #[arg(long, default_value = "both", value_name = "public|cluster|both")]
+        network: String,
+        #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
+        dir: PathBuf,
+    },
+    /// Restore a host's links (default: every host's).
+    Heal {
+        #[arg(long)]
+        host: Option<String>,
+        #[arg(long, default_value = "both", value_name = "public|cluster|both")]
+        network: String,
         #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
         dir: PathBuf,
     },
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug)]
-struct Daemon {
-    name: String,
-    pid: u32,
-    /// Process start time (clock ticks since boot, /proc/PID/stat field 22).
-    start: u64,
-}
-
-#[derive(Serialize, Deserialize, Default, Debug)]
-struct State {
-    daemons: Vec<Daemon>,
-}
-
-fn state_path(dir: &Path) -> PathBuf {
-    dir.join("cluster.json")
-}
-
-fn load_state(dir: &Path) -> Result<State> {
-    match std::fs::read_to_string(state_path(dir)) {
-        Ok(text) => serde_json::from_str(&text).context("corrupt cluster.json"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-        Err(e) => Err(e).context("cannot read cluster.json"),
-    }
-}
-
-fn save_state(dir: &Path, state: &State) -> Result<()> {
-    let tmp = dir.join("cluster.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(state)?)?;
-    std::fs::rename(&tmp, state_path(dir))?;
-    Ok(())
-}
-
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let state = rest.split_whitespace().next()?;
-    if state == "Z" {
-        return None; // exited, not yet reaped
-    }
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn is_running(d: &Daemon) -> bool {
-    process_start(d.pid) == Some(d.start)
-}
-
-fn spawn_daemon(dir: &Path, name: &str, args: &[String]) -> Result<Daemon> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("cannot find the cairn binary")?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .with_context(|| format!("cannot open {name}.log"))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // Own session: the daemon outlives this command and its terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {name}"))?;
-    let pid = child.id();
-    let start = process_start(pid).context("daemon exited at once")?;
-    Ok(Daemon {
-        name: name.to_string(),
-        pid,
-        start,
-    })
-}
-
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+fn free_port(ip: std::net::Ipv4Addr) -> Result<u16> {
+    let listener = std::net::TcpListener::bind((ip, 0))?;
     Ok(listener.local_addr()?.port())
 }
 
@@ -158,17 +115,23 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
             osds,
             hosts,
             osds_per_host,
+            netns,
             dir,
             store,
             set,
             pg_num,
             timeout,
         } => {
-            let layout = Layout::new(osds, hosts, osds_per_host)?;
+            let asked = LayoutArgs {
+                osds,
+                hosts,
+                per_host: osds_per_host,
+                netns,
+            };
             let fresh = Fresh { store, set };
             up(
                 ctx,
-                &layout,
+                &asked,
                 &dir,
                 &fresh,
                 pg_num,
@@ -177,6 +140,8 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
         }
         ClusterCmd::Status { dir } => status(ctx, &dir),
         ClusterCmd::Down { dir } => down(&dir),
+        ClusterCmd::Cut { host, network, dir } => set_links(&dir, Some(&host), &network, false),
+        ClusterCmd::Heal { host, network, dir } => set_links(&dir, host.as_deref(), &network, true),
     }
 }
 
@@ -186,104 +151,193 @@ struct Fresh {
     set: Vec<String>,
 }
 
-/// How many OSDs, and on which CRUSH hosts.
-struct Layout {
-    osds: u32,
-    /// `Some(M)`: M OSDs per host `h1`, `h2`, ...; `None`: all on this machine.
-    per_host: Option<u32>,
-}
-
-impl Layout {
-    fn new(osds: Option<u32>, hosts: Option<u32>, per_host: Option<u32>) -> Result<Layout> {
-        let Some(hosts) = hosts else {
-            let osds = osds.unwrap_or(3);
-            if osds == 0 {
-                bail!("--osds must be at least 1");
-            }
-            return Ok(Layout {
-                osds,
-                per_host: None,
-            });
-        };
-        let per_host = per_host.unwrap_or(1);
-        if hosts == 0 || per_host == 0 {
-            bail!("--hosts and --osds-per-host must be at least 1");
+impl Fresh {
+    /// Apply `--store` and `--set` to `config`.
+    fn apply(&self, config: &mut Config) -> Result<()> {
+        if let Some(store) = &self.store {
+            config.set("osd.store", store).context("--store")?;
         }
-        let total = hosts
-            .checked_mul(per_host)
-            .filter(|t| *t <= 4096)
-            .context("too many OSDs (at most 4096)")?;
-        if osds.is_some_and(|n| n != total) {
-            bail!(
-                "--osds {} does not match --hosts {hosts} x --osds-per-host {per_host}",
-                osds.unwrap_or(0)
-            );
-        }
-        Ok(Layout {
-            osds: total,
-            per_host: Some(per_host),
-        })
-    }
-
-    /// The CRUSH host of OSD `id`, if the layout names hosts.
-    fn host_of(&self, id: u32) -> Option<String> {
-        self.per_host.map(|m| format!("h{}", id / m + 1))
-    }
-
-    /// Failure domains the default rule has: hosts, or OSDs.
-    fn domains(&self) -> u32 {
-        self.per_host.map_or(self.osds, |m| self.osds / m)
+        config.set_args(&self.set)?;
+        Ok(())
     }
 }
 
 /// A new cluster's configuration for `layout`: a free monitor port, OSD
 /// locations, and (one machine) replicas on distinct OSDs; `--store` and
 /// `--set` apply last.
-fn new_config(layout: &Layout, fresh: &Fresh) -> Result<Config> {
+fn new_config(layout: &Layout, net: Option<&HostNet>, fresh: &Fresh) -> Result<Config> {
     let mut config = Config::default();
-    config.set("global.mon_addr", &format!("127.0.0.1:{}", free_port()?))?;
+    let mon_ip = net.map_or(std::net::Ipv4Addr::LOCALHOST, HostNet::mon_ip);
+    config.set(
+        "global.mon_addr",
+        &format!("{mon_ip}:{}", free_port(mon_ip)?),
+    )?;
     if layout.per_host.is_none() {
+        // One machine: replicas and failure reports count by OSD.
         config.set("mon.osd_crush_chooseleaf_type", "osd")?;
+        config.set("mon.osd_reporter_subtree_level", "osd")?;
     }
     for id in 0..layout.osds {
         if let Some(host) = layout.host_of(id) {
             config.set(&format!("osd.{id}.crush_location"), &format!("host={host}"))?;
         }
+        if let (Some(net), Some(k)) = (net, layout.host_number(id)) {
+            let public = format!("{}:0", net.ip(Net::Public, k));
+            let cluster = format!("{}:0", net.ip(Net::Cluster, k));
+            config.set(&format!("osd.{id}.public_addr"), &public)?;
+            config.set(&format!("osd.{id}.cluster_addr"), &cluster)?;
+        }
     }
-    if let Some(store) = &fresh.store {
-        config.set("osd.store", store).context("--store")?;
-    }
-    config.set_args(&fresh.set)?;
+    fresh.apply(&mut config)?;
     Ok(config)
 }
 
 fn up(
     ctx: &Context,
-    layout: &Layout,
+    asked: &LayoutArgs,
     dir: &Path,
     fresh: &Fresh,
     pg_num: Option<u32>,
     timeout: Duration,
 ) -> Result<()> {
-    let osds = layout.osds;
     if let Some(pg_num) = pg_num {
         if !pg_num.is_power_of_two() {
             bail!("pg_num {pg_num} must be a power of two");
         }
     }
+    // Everything that can refuse does so before anything is made.
+    let recorded = match dir.canonicalize() {
+        Ok(existing) => load_state(&existing)?.layout,
+        Err(_) => None,
+    };
+    let layout = Layout::resolve(asked, recorded.as_ref())?;
+    if layout.netns {
+        netns::check_usable()?;
+    }
+    if !dir.join("cairn.toml").exists() {
+        fresh.apply(&mut Config::default())?;
+    }
+    let made_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
-    let conf_path = dir.join("cairn.toml");
-    if !conf_path.exists() {
-        let config = new_config(layout, fresh)?;
-        std::fs::write(&conf_path, config.to_toml())?;
-    }
-    let config = Config::load(&conf_path)?;
-    let conf_arg = conf_path.display().to_string();
+    let had_state = state_path(&dir).exists();
     let mut state = load_state(&dir)?;
     state.daemons.retain(is_running);
+    let net = match layout.netns {
+        false => None,
+        true => match ensure_network(&dir, &mut state, &layout) {
+            Ok(net) => Some(net),
+            Err(e) => {
+                // Leave nothing behind: the network removed itself.
+                if made_dir {
+                    let _ = std::fs::remove_dir_all(&dir);
+                } else if !had_state {
+                    let _ = std::fs::remove_file(state_path(&dir));
+                }
+                return Err(e);
+            }
+        },
+    };
+    let conf_path = dir.join("cairn.toml");
+    if !conf_path.exists() {
+        let config = new_config(&layout, net.as_ref(), fresh)?;
+        std::fs::write(&conf_path, config.to_toml())?;
+    }
+    state.layout = Some(layout.clone());
+    save_state(&dir, &state)?;
+    let config = Config::load(&conf_path)?;
+    start_daemons(&dir, &conf_path, &config, &layout, net.as_ref(), &mut state)?;
+    let ctx = Context {
+        conf_path: Some(conf_path.clone()),
+        mon_override: None,
+        json: ctx.json,
+    };
+    let status = wait_active(&ctx, &layout, pg_num, Instant::now() + timeout)?;
+    if ctx.json {
+        println!("{status}");
+    } else {
+        print_up(&status, &conf_path, net.as_ref());
+    }
+    Ok(())
+}
+
+fn print_up(status: &serde_json::Value, conf_path: &Path, net: Option<&HostNet>) {
+    println!(
+        "cluster up: {} osds, {} pgs active ({}); config {}",
+        status["osds"]["up"],
+        status["pgs"]["active"],
+        status["health"].as_str().unwrap_or("?"),
+        conf_path.display()
+    );
+    if let Some(net) = net {
+        println!(
+            "hosts h1..h{} in network namespaces cairn-{}-hK; public network {}, \
+             cluster network {}",
+            net.hosts,
+            net.tag,
+            net.network(Net::Public),
+            net.network(Net::Cluster)
+        );
+    }
+    println!("use it with: export CAIRN_CONF={}", conf_path.display());
+}
+
+/// The host network of a `--netns` cluster, made if missing. The plan is
+/// recorded before anything is made, so `down` can remove a partial one;
+/// a failed make removes what it made.
+fn ensure_network(dir: &Path, state: &mut State, layout: &Layout) -> Result<HostNet> {
+    let hosts = layout.domains();
+    let net = match &state.net {
+        Some(net) => net.clone(),
+        None => {
+            let net = HostNet::plan(dir, hosts)?;
+            if net.any_exists()? {
+                bail!(
+                    "network names cn{0}* or namespaces cairn-{0}-* already exist (another \
+                     cluster, or left over): remove them, or use another directory",
+                    net.tag
+                );
+            }
+            net
+        }
+    };
+    if net.is_complete()? {
+        return Ok(net);
+    }
+    if state.daemons.iter().any(|d| d.name.starts_with("osd.")) {
+        bail!(
+            "the host network of this cluster is incomplete while OSDs run in it; \
+             run `cairn cluster down` first"
+        );
+    }
+    net.check_free()?;
+    let had_plan = state.net.is_some();
+    state.net = Some(net.clone());
+    save_state(dir, state)?;
+    net.remove()?; // what a crash may have left half made
+    if let Err(e) = net.create() {
+        if !had_plan {
+            state.net = None;
+            save_state(dir, state)?;
+        }
+        return Err(e);
+    }
+    Ok(net)
+}
+
+/// Start the monitor and every OSD that is not running (OSDs of a
+/// `--netns` cluster in their host's namespace), making BlueStores first.
+fn start_daemons(
+    dir: &Path,
+    conf_path: &Path,
+    config: &Config,
+    layout: &Layout,
+    net: Option<&HostNet>,
+    state: &mut State,
+) -> Result<()> {
+    let conf_arg = conf_path.display().to_string();
     let running = |state: &State, name: &str| state.daemons.iter().any(|d| d.name == name);
-    if !running(&state, "mon") {
+    if !running(state, "mon") {
         let args = vec![
             "mon".into(),
             "--conf".into(),
@@ -291,11 +345,11 @@ fn up(
             "--dir".into(),
             dir.join("mon").display().to_string(),
         ];
-        state.daemons.push(spawn_daemon(&dir, "mon", &args)?);
+        state.daemons.push(spawn_daemon(dir, "mon", &args, None)?);
         // Recorded at once: if a later step fails, `down` still finds it.
-        save_state(&dir, &state)?;
+        save_state(dir, state)?;
     }
-    for id in 0..osds {
+    for id in 0..layout.osds {
         let name = format!("osd.{id}");
         let osd_dir = dir.join(&name);
         let osd_conf = config.osd_for(id);
@@ -304,34 +358,43 @@ fn up(
             osd_store::mkfs(&osd_dir, osd_conf.store, &osd_conf, &req)
                 .with_context(|| format!("{name}: mkfs"))?;
         }
-        if !running(&state, &name) {
-            let mut args = vec![
-                "osd".into(),
-                "--conf".into(),
-                conf_arg.clone(),
-                "--id".into(),
-                id.to_string(),
-                "--dir".into(),
-                dir.join(&name).display().to_string(),
-            ];
-            if let Some(host) = layout.host_of(id) {
-                args.extend(["--crush-location".into(), format!("host={host}")]);
-            }
-            state.daemons.push(spawn_daemon(&dir, &name, &args)?);
-            save_state(&dir, &state)?;
+        if running(state, &name) {
+            continue;
         }
+        let mut args = vec![
+            "osd".into(),
+            "--conf".into(),
+            conf_arg.clone(),
+            "--id".into(),
+            id.to_string(),
+            "--dir".into(),
+            osd_dir.display().to_string(),
+        ];
+        if let Some(host) = layout.host_of(id) {
+            args.extend(["--crush-location".into(), format!("host={host}")]);
+        }
+        let namespace = net.zip(layout.host_number(id)).map(|(n, k)| n.namespace(k));
+        state
+            .daemons
+            .push(spawn_daemon(dir, &name, &args, namespace.as_deref())?);
+        save_state(dir, state)?;
     }
-    save_state(&dir, &state)?;
-    let ctx = Context {
-        conf_path: Some(conf_path.clone()),
-        mon_override: None,
-        json: ctx.json,
-    };
-    let deadline = Instant::now() + timeout;
-    wait_for(&ctx, deadline, "OSDs to boot", |status| {
+    Ok(())
+}
+
+/// Wait for every OSD to boot, create pool `rbd` if missing, and wait for
+/// every PG to be active; returns the last status.
+fn wait_active(
+    ctx: &Context,
+    layout: &Layout,
+    pg_num: Option<u32>,
+    deadline: Instant,
+) -> Result<serde_json::Value> {
+    let osds = layout.osds;
+    wait_for(ctx, deadline, "OSDs to boot", |status| {
         status["osds"]["up"].as_u64() >= Some(osds as u64)
     })?;
-    let pools = admin::mon_command(&ctx, MonCommand::PoolLs)?;
+    let pools = admin::mon_command(ctx, MonCommand::PoolLs)?;
     let has_rbd = pools
         .as_array()
         .into_iter()
@@ -346,25 +409,12 @@ fn up(
             min_size: Some(size.min(2)),
             rule: None,
         };
-        admin::mon_command(&ctx, cmd)?;
+        admin::mon_command(ctx, cmd)?;
     }
-    let status = wait_for(&ctx, deadline, "every PG to be active", |status| {
+    wait_for(ctx, deadline, "every PG to be active", |status| {
         let pgs = &status["pgs"];
         pgs["total"].as_u64().unwrap_or(0) > 0 && pgs["active"] == pgs["total"]
-    })?;
-    if ctx.json {
-        println!("{status}");
-    } else {
-        println!(
-            "cluster up: {} osds, {} pgs active ({}); config {}",
-            status["osds"]["up"],
-            status["pgs"]["active"],
-            status["health"].as_str().unwrap_or("?"),
-            conf_path.display()
-        );
-        println!("use it with: export CAIRN_CONF={}", conf_path.display());
-    }
-    Ok(())
+    })
 }
 
 fn wait_for(
@@ -405,12 +455,11 @@ fn status(ctx: &Context, dir: &Path) -> Result<()> {
         .iter()
         .map(|d| serde_json::json!({ "name": d.name, "pid": d.pid, "running": is_running(d) }))
         .collect();
+    let hosts = state.net.as_ref().map(network_status);
     let cluster = admin::mon_command(&ctx, MonCommand::Status).ok();
     if ctx.json {
-        println!(
-            "{}",
-            serde_json::json!({ "daemons": daemons, "status": cluster })
-        );
+        let value = serde_json::json!({ "daemons": daemons, "hosts": hosts, "status": cluster });
+        println!("{value}");
         return Ok(());
     }
     println!("{:<8} {:>8}  STATE", "DAEMON", "PID");
@@ -422,10 +471,99 @@ fn status(ctx: &Context, dir: &Path) -> Result<()> {
             if is_running(d) { "running" } else { "stopped" }
         );
     }
+    for h in hosts.iter().flatten() {
+        println!(
+            "{:<4} {:<18} public {:<13} {:<8} cluster {:<13} {}",
+            s(&h["host"]),
+            s(&h["namespace"]),
+            s(&h["public_addr"]),
+            s(&h["public_link"]),
+            s(&h["cluster_addr"]),
+            s(&h["cluster_link"])
+        );
+    }
     match cluster {
         Some(status) => crate::output::print_status(&status),
         None => println!("monitor not reachable"),
     }
+    Ok(())
+}
+
+fn s(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// Each host of a `--netns` cluster: namespace, addresses, link states
+/// (`up`, `cut`, or `missing` after `down`).
+fn network_status(net: &HostNet) -> Vec<serde_json::Value> {
+    let link = |host, n| match net.link_is_up(host, n) {
+        Ok(true) => "up",
+        Ok(false) => "cut",
+        Err(_) => "missing",
+    };
+    (1..=net.hosts)
+        .map(|k| {
+            serde_json::json!({
+                "host": format!("h{k}"),
+                "namespace": net.namespace(k),
+                "public_addr": net.ip(Net::Public, k).to_string(),
+                "cluster_addr": net.ip(Net::Cluster, k).to_string(),
+                "public_link": link(k, Net::Public),
+                "cluster_link": link(k, Net::Cluster),
+            })
+        })
+        .collect()
+}
+
+/// `cut` (`up` false) or `heal` one host's links, or every host's.
+fn set_links(dir: &Path, host: Option<&str>, network: &str, up: bool) -> Result<()> {
+    let nets: &[Net] = match network {
+        "public" => &[Net::Public],
+        "cluster" => &[Net::Cluster],
+        "both" => &Net::BOTH,
+        other => bail!("--network must be public, cluster or both, got '{other}'"),
+    };
+    if !state_path(dir).exists() {
+        bail!("no local cluster in {}", dir.display());
+    }
+    let state = load_state(dir)?;
+    let Some(net) = state.net else {
+        bail!(
+            "the cluster in {} has no host network namespaces (start it with --hosts N --netns)",
+            dir.display()
+        );
+    };
+    if !net.is_complete()? {
+        bail!(
+            "the host network of the cluster in {} is not up (start it with `cairn cluster up`)",
+            dir.display()
+        );
+    }
+    let hosts: Vec<u32> = match host {
+        None => (1..=net.hosts).collect(),
+        Some(name) => {
+            let k = name
+                .strip_prefix('h')
+                .and_then(|k| k.parse::<u32>().ok())
+                .filter(|k| (1..=net.hosts).contains(k) && name == format!("h{k}"));
+            match k {
+                Some(k) => vec![k],
+                None => bail!(
+                    "no host '{name}' in this cluster (its hosts are h1 to h{})",
+                    net.hosts
+                ),
+            }
+        }
+    };
+    for &k in &hosts {
+        for &n in nets {
+            net.set_link(k, n, up)?;
+        }
+    }
+    let names: Vec<String> = hosts.iter().map(|k| format!("h{k}")).collect();
+    let which: Vec<&str> = nets.iter().map(|n| n.name()).collect();
+    let verb = if up { "healed" } else { "cut" };
+    println!("{verb} {} ({})", names.join(" "), which.join(", "));
     Ok(())
 }
 
@@ -451,8 +589,21 @@ fn down(dir: &Path) -> Result<()> {
     for d in alive.iter().filter(|d| is_running(d)) {
         unsafe { libc::kill(d.pid as i32, libc::SIGKILL) };
     }
-    println!("stopped {} daemons", alive.len());
+    // A namespace outlives its last process: wait for the killed ones.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive.iter().any(is_running) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     state.daemons.clear();
     save_state(dir, &state)?;
+    let removed = match &state.net {
+        Some(net) => net.remove()?,
+        None => 0,
+    };
+    if removed > 0 {
+        println!("stopped {} daemons; removed the host network", alive.len());
+    } else {
+        println!("stopped {} daemons", alive.len());
+    }
     Ok(())
 }

@@ -72,6 +72,49 @@ pub fn print_osds(v: &Value) {
     }
 }
 
+/// `osd dump`, like `ceph osd dump`: the epoch, one line per OSD with both
+/// addresses, then pools and pg_temp.
+pub fn print_osd_dump(v: &Value) {
+    println!("epoch {}", s(&v["epoch"]));
+    println!("fsid {}", s(&v["fsid"]));
+    for p in v["pools"].as_array().into_iter().flatten() {
+        println!(
+            "pool {} '{}' size {} min_size {} pg_num {} crush_rule {}",
+            s(&p["id"]),
+            s(&p["name"]),
+            s(&p["size"]),
+            s(&p["min_size"]),
+            s(&p["pg_num"]),
+            s(&p["crush_rule"])
+        );
+    }
+    for o in v["osds"].as_array().into_iter().flatten() {
+        let location: Vec<String> = o["location"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(kind, name)| format!("{kind}={}", s(name)))
+            .collect();
+        println!(
+            "osd.{} {} {} up_from {} up_thru {} down_at {} weight {} class {} public {} cluster {} {}",
+            s(&o["id"]),
+            if o["up"] == true { "up" } else { "down" },
+            if o["in"] == true { "in" } else { "out" },
+            s(&o["up_from"]),
+            s(&o["up_thru"]),
+            s(&o["down_at"]),
+            s(&o["crush_weight"]),
+            s(&o["class"]),
+            s(&o["public_addr"]),
+            s(&o["cluster_addr"]),
+            location.join(" ")
+        );
+    }
+    for (pg, osds) in v["pg_temp"].as_object().into_iter().flatten() {
+        println!("pg_temp {pg} {osds}");
+    }
+}
+
 /// `osd tree`, like `ceph osd tree`: the hierarchy indented by depth.
 pub fn print_tree(v: &Value) {
     println!(

@@ -35,7 +35,9 @@ pub struct Cluster {
     map_rx: watch::Receiver<Arc<ClusterMap>>,
     mon: Arc<MonSession>,
     osds: Mutex<HashMap<OsdId, Arc<OsdConn>>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// One connection attempt at a time per OSD (one per OSD of the map at
+    /// most), so an OSD that does not answer holds up only its own ops.
+    connecting: Mutex<HashMap<OsdId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Cluster {
@@ -52,7 +54,7 @@ impl Cluster {
             map_rx,
             mon: mon.clone(),
             osds: Mutex::new(HashMap::new()),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: Mutex::new(HashMap::new()),
         });
         tokio::spawn(mon.run(Arc::downgrade(&cluster), conn, map_tx));
         Ok(cluster)
@@ -104,7 +106,8 @@ impl Cluster {
                 return Some(conn.clone());
             }
         }
-        let _one_at_a_time = self.connecting.lock().await;
+        let gate = self.connecting.lock().entry(osd).or_default().clone();
+        let _one_at_a_time = gate.lock().await;
         if let Some(conn) = self.osds.lock().get(&osd) {
             if conn.addr == addr && conn.is_alive() {
                 return Some(conn.clone());
@@ -161,7 +164,16 @@ impl Cluster {
                 map_rx.changed().await.map_err(|_| ClientError::MonLost)?;
                 continue;
             };
-            let Some(conn) = self.osd_conn(primary, &map).await else {
+            // A primary that does not answer may be marked down while
+            // this waits to connect: then route again under the new map.
+            let conn = tokio::select! {
+                conn = self.osd_conn(primary, &map) => conn,
+                changed = map_rx.changed() => {
+                    changed.map_err(|_| ClientError::MonLost)?;
+                    continue;
+                }
+            };
+            let Some(conn) = conn else {
                 wait_change_or(&mut map_rx, Duration::from_millis(200)).await;
                 continue;
             };

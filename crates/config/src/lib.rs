@@ -30,7 +30,7 @@ use toml::{Table, Value};
 
 pub use error::ConfigError;
 pub use options::{
-    options, ClientConfig, GlobalConfig, MonConfig, OptionDoc, OsdConfig, LOG_LEVELS,
+    options, ClientConfig, GlobalConfig, MonConfig, OptionDoc, OsdBindAddrs, OsdConfig, LOG_LEVELS,
     OBJECT_SIZE_RANGE,
 };
 pub use values::{
@@ -279,6 +279,8 @@ impl Config {
         }
         crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_crush_chooseleaf_type)
             .map_err(|reason| invalid(origin, "mon.osd_crush_chooseleaf_type", reason))?;
+        crush::check_failure_domain(&mon.crush_bucket_types, &mon.osd_reporter_subtree_level)
+            .map_err(|reason| invalid(origin, "mon.osd_reporter_subtree_level", reason))?;
         let check_location = |key: &str, osd: &OsdConfig| {
             crush::check_location_types(&mon.crush_bucket_types, &osd.crush_location)
                 .map_err(|reason| invalid(origin, key, reason))
@@ -299,6 +301,12 @@ impl Config {
             Ok(())
         };
         check_interval("osd.heartbeat_interval_ms", &self.osd)?;
+        let check_addrs = |prefix: &str, osd: &OsdConfig| {
+            osd.addrs()
+                .map(|_| ())
+                .map_err(|(key, reason)| invalid(origin, &format!("{prefix}.{key}"), reason))
+        };
+        check_addrs("osd", &self.osd)?;
         let check_cache = |key: &str, osd: &OsdConfig| {
             let (meta, kv) = (
                 osd.bluestore_cache_meta_ratio.get(),
@@ -327,6 +335,7 @@ impl Config {
             let key = format!("osd.{id}.heartbeat_interval_ms");
             check_interval(&key, &self.osd_for(*id))?;
             check_location(&format!("osd.{id}.crush_location"), &self.osd_for(*id))?;
+            check_addrs(&format!("osd.{id}"), &self.osd_for(*id))?;
         }
         Ok(())
     }

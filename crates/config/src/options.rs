@@ -67,6 +67,24 @@ fn socket_addr(v: &str) -> Result<(), String> {
     }
 }
 
+/// An address an OSD binds and announces in the map: empty (a default
+/// applies), or `ip:port` with a specific IP.
+fn announced_addr(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Ok(());
+    }
+    match v.parse::<SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() => Err(format!(
+            "{v:?} cannot be announced to others: give this host's address, not {}",
+            addr.ip()
+        )),
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "expected empty or a socket address such as 10.0.0.1:0, got {v:?}"
+        )),
+    }
+}
+
 /// The accepted values of `global.log_level`.
 pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
@@ -276,6 +294,16 @@ section! {
         /// An OSD with no heartbeat for this long (milliseconds) is marked
         /// down. Must exceed `osd.heartbeat_interval_ms`.
         osd_heartbeat_grace_ms: u64 = 6000, check at_least_one;
+        /// An OSD is marked down when OSDs in at least this many distinct
+        /// `osd_reporter_subtree_level` buckets report that it has not
+        /// answered their heartbeats on the cluster network for
+        /// `osd_heartbeat_grace_ms` (at least 1). OSDs also report after
+        /// that grace.
+        osd_min_down_reporters: u32 = 2, check at_least_one;
+        /// Failure reports count once per bucket of this CRUSH type (`osd`
+        /// or a bucket type), so one host cut off from the others cannot
+        /// have them marked down.
+        osd_reporter_subtree_level: String = "host".to_string(), check crush_name;
         /// Mark an OSD down at once when its monitor session closes.
         osd_down_on_disconnect: bool = true, check any;
         /// A down OSD is marked out after this many seconds (0 = never).
@@ -315,8 +343,19 @@ section! {
 section! {
     /// `[osd]`: OSD daemon options; `[osd.N]` overrides them for OSD `N`.
     pub struct OsdConfig in "osd" {
-        /// Address to serve on (`ip:port`; port 0 = any free port).
+        /// The public address when `public_addr` is empty (its older
+        /// name; `ip:port`, port 0 = any free port).
         bind_addr: String = "127.0.0.1:0".to_string(), check socket_addr;
+        /// Address on the public network, where clients, admin tools and
+        /// the monitor reach this OSD (`ip:port`, port 0 = any free port).
+        /// The IP is announced in the map, so it must be one others can
+        /// reach, not 0.0.0.0. Empty: `bind_addr`.
+        public_addr: String = String::new(), check announced_addr;
+        /// Address on the cluster network, where other OSDs reach this OSD
+        /// for replication, peering and recovery (`ip:port`, port 0 = any
+        /// free port; not 0.0.0.0). Empty: the public address's IP with any
+        /// free port.
+        cluster_addr: String = String::new(), check announced_addr;
         /// Interval between heartbeats to the monitor, in milliseconds (at
         /// least 1).
         heartbeat_interval_ms: u64 = 1000, check at_least_one;
@@ -470,5 +509,49 @@ section! {
         image_default_object_size: u64 = 4 << 20, check object_size;
         /// Most ops a client has in flight at once (at least 1).
         max_inflight_ops: u32 = 1024, check at_least_one;
+    }
+}
+
+/// Where an OSD listens: its public and cluster addresses, resolved from
+/// `public_addr`, `bind_addr` and `cluster_addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OsdBindAddrs {
+    /// For clients, admin tools and the monitor.
+    pub public: SocketAddr,
+    /// For other OSDs (replication, peering, recovery).
+    pub cluster: SocketAddr,
+}
+
+impl OsdConfig {
+    /// The public and cluster addresses this OSD binds. Fails (naming the
+    /// option) if an address does not parse or both are the same fixed
+    /// `ip:port`.
+    pub fn addrs(&self) -> Result<OsdBindAddrs, (&'static str, String)> {
+        let (key, text) = if self.public_addr.is_empty() {
+            ("bind_addr", &self.bind_addr)
+        } else {
+            ("public_addr", &self.public_addr)
+        };
+        let public: SocketAddr = text
+            .parse()
+            .map_err(|_| (key, format!("expected a socket address, got {text:?}")))?;
+        let cluster = if self.cluster_addr.is_empty() {
+            SocketAddr::new(public.ip(), 0)
+        } else {
+            self.cluster_addr.parse().map_err(|_| {
+                let text = &self.cluster_addr;
+                (
+                    "cluster_addr",
+                    format!("expected a socket address, got {text:?}"),
+                )
+            })?
+        };
+        if cluster == public && public.port() != 0 {
+            return Err((
+                "cluster_addr",
+                format!("must differ from the public address, got {cluster} for both"),
+            ));
+        }
+        Ok(OsdBindAddrs { public, cluster })
     }
 }

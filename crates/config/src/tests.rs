@@ -28,7 +28,13 @@ fn defaults_match_the_documented_values() {
     assert_eq!(c.mon.pool_default_pg_num, 32);
     assert_eq!(c.mon.pool_default_size, 3);
     assert_eq!(c.mon.pool_default_min_size, 2);
+    assert_eq!(c.mon.osd_min_down_reporters, 2);
+    assert_eq!(c.mon.osd_reporter_subtree_level, "host");
     assert_eq!(c.osd.bind_addr, "127.0.0.1:0");
+    assert_eq!(
+        (c.osd.public_addr.as_str(), c.osd.cluster_addr.as_str()),
+        ("", "")
+    );
     assert_eq!(c.osd.heartbeat_interval_ms, 1000);
     assert_eq!(c.osd.store, StoreKind::Bluestore);
     assert_eq!(c.osd.journal_max_bytes, 268_435_456);
@@ -189,6 +195,10 @@ fn ranges_are_validated() {
             "mon.osd_heartbeat_grace_ms",
         ),
         (
+            "[mon]\nosd_min_down_reporters = 0\n",
+            "mon.osd_min_down_reporters",
+        ),
+        (
             "[mon]\nosd_heartbeat_grace_ms = 1000\n",
             "osd.heartbeat_interval_ms",
         ),
@@ -204,6 +214,24 @@ fn ranges_are_validated() {
         ("[osd.1]\nworker_threads = 0\n", "osd.1.worker_threads"),
         ("[osd]\njournal_max_bytes = 0\n", "osd.journal_max_bytes"),
         ("[osd]\nbind_addr = \"localhost\"\n", "osd.bind_addr"),
+        ("[osd]\npublic_addr = \"nowhere\"\n", "osd.public_addr"),
+        ("[osd]\npublic_addr = \"10.0.0.1\"\n", "osd.public_addr"),
+        (
+            "[osd]\ncluster_addr = \"0.0.0.0:7000\"\n",
+            "osd.cluster_addr",
+        ),
+        (
+            "[osd.2]\ncluster_addr = \"10.1.0.2\"\n",
+            "osd.2.cluster_addr",
+        ),
+        (
+            "[osd.2]\npublic_addr = \"10.0.0.2:7000\"\ncluster_addr = \"10.0.0.2:7000\"\n",
+            "osd.2.cluster_addr",
+        ),
+        (
+            "[osd]\nbind_addr = \"10.0.0.2:7000\"\ncluster_addr = \"10.0.0.2:7000\"\n",
+            "osd.cluster_addr",
+        ),
         ("[global]\nmon_addr = \"nowhere\"\n", "global.mon_addr"),
         ("[global]\nlog_level = \"loud\"\n", "global.log_level"),
         (
@@ -239,6 +267,41 @@ fn ranges_are_validated() {
     .unwrap();
     assert_eq!(ok.mon.pool_default_size, 1);
     Config::parse("[client]\nimage_default_object_size = 67108864\n").unwrap();
+}
+
+#[test]
+fn osd_addresses_resolve_public_then_cluster() {
+    let c = Config::default();
+    let addrs = c.osd.addrs().unwrap();
+    assert_eq!(addrs.public.to_string(), "127.0.0.1:0");
+    assert_eq!(addrs.cluster.to_string(), "127.0.0.1:0");
+    let c = Config::parse(
+        "[osd]\nbind_addr = \"10.0.0.9:0\"\n\
+         [osd.1]\npublic_addr = \"10.0.0.1:6800\"\n\
+         [osd.2]\npublic_addr = \"10.0.0.2:0\"\ncluster_addr = \"10.1.0.2:0\"\n",
+    )
+    .unwrap();
+    // bind_addr is the public address when public_addr is empty.
+    let a0 = c.osd_for(0).addrs().unwrap();
+    assert_eq!(
+        (a0.public.to_string(), a0.cluster.to_string()),
+        ("10.0.0.9:0".into(), "10.0.0.9:0".into())
+    );
+    // The cluster address defaults to the public IP with any port.
+    let a1 = c.osd_for(1).addrs().unwrap();
+    assert_eq!(
+        (a1.public.to_string(), a1.cluster.to_string()),
+        ("10.0.0.1:6800".into(), "10.0.0.1:0".into())
+    );
+    let a2 = c.osd_for(2).addrs().unwrap();
+    assert_eq!(
+        (a2.public.to_string(), a2.cluster.to_string()),
+        ("10.0.0.2:0".into(), "10.1.0.2:0".into())
+    );
+    assert!(err("[osd]\npublic_addr = \"0.0.0.0:6800\"\n").contains("not 0.0.0.0"));
+    // One IP for both networks is fine with any ports.
+    Config::parse("[osd]\ncluster_addr = \"127.0.0.1:0\"\npublic_addr = \"127.0.0.1:0\"\n")
+        .unwrap();
 }
 
 #[test]
@@ -449,6 +512,11 @@ fn crush_options_are_checked_against_the_bucket_types() {
         (
             "[mon]\nosd_crush_chooseleaf_type = \"shelf\"\n",
             "mon.osd_crush_chooseleaf_type",
+            "osd|host|rack",
+        ),
+        (
+            "[mon]\nosd_reporter_subtree_level = \"shelf\"\n",
+            "mon.osd_reporter_subtree_level",
             "osd|host|rack",
         ),
         (

@@ -8,7 +8,7 @@
 use cairn_crush::{CrushError, CrushMap, DeviceReport, RuleId};
 use cairn_types::OsdId;
 
-use crate::{ClusterMap, MapError, OsdInfo};
+use crate::{ClusterMap, MapError, OsdAddrs, OsdInfo};
 
 impl ClusterMap {
     /// The CRUSH hierarchy and rules.
@@ -26,7 +26,8 @@ impl ClusterMap {
         Ok(value)
     }
 
-    /// Record OSD `id`'s boot at `addr` with what it reports about its
+    /// Record OSD `id`'s boot at `addrs` (public and cluster; one address
+    /// converts to both) with what it reports about its
     /// device: a new OSD is added (in); in CRUSH it is added at its
     /// location with its weight and class, or moved if it asks to be and
     /// sits elsewhere ([`CrushMap::boot_device`]). The boot is recorded even
@@ -36,13 +37,15 @@ impl ClusterMap {
     pub fn osd_boot_with(
         &mut self,
         id: OsdId,
-        addr: String,
+        addrs: impl Into<OsdAddrs>,
         report: &DeviceReport,
     ) -> Result<bool, CrushError> {
+        let addrs = addrs.into();
         let next = self.epoch + 1;
         let info = self.osds.entry(id).or_insert_with(|| OsdInfo {
             id,
             addr: String::new(),
+            cluster_addr: String::new(),
             up: false,
             is_in: true,
             up_from: 0,
@@ -51,7 +54,8 @@ impl ClusterMap {
             lost_at: 0,
             full: crate::FullState::None,
         });
-        info.addr = addr;
+        info.addr = addrs.public;
+        info.cluster_addr = addrs.cluster;
         info.up = true;
         info.up_from = next;
         self.placements.clear();
@@ -213,7 +217,7 @@ mod tests {
     fn a_refused_location_still_records_the_boot() {
         let mut map = hosts_map();
         let err = map
-            .osd_boot_with(9, "127.0.0.1:9".into(), &report("shelf=s1"))
+            .osd_boot_with(9, "127.0.0.1:9".to_string(), &report("shelf=s1"))
             .unwrap_err();
         assert!(
             err.to_string().contains("unknown bucket type 'shelf'"),

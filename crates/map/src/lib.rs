@@ -46,8 +46,12 @@ pub const MAX_POOL_SIZE: u32 = 10;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdInfo {
     pub id: OsdId,
-    /// Where the OSD serves clients and peers; set at boot.
+    /// The OSD's public address, where clients, admin tools and the
+    /// monitor reach it; set at boot.
     pub addr: String,
+    /// The OSD's cluster address, where other OSDs reach it (replication,
+    /// peering, recovery); set at boot.
+    pub cluster_addr: String,
     pub up: bool,
     /// `in` OSDs take part in placement; `out` ones get no PGs. (How much
     /// data an `in` OSD gets is its CRUSH weight, in [`ClusterMap::crush`].)
@@ -70,6 +74,25 @@ pub struct OsdInfo {
     /// heartbeats ([`full`]); kept while the OSD is down.
     #[serde(default)]
     pub full: FullState,
+}
+
+/// The addresses an OSD announces at boot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdAddrs {
+    /// For clients, admin tools and the monitor.
+    pub public: String,
+    /// For other OSDs.
+    pub cluster: String,
+}
+
+impl From<String> for OsdAddrs {
+    /// One address for both networks.
+    fn from(addr: String) -> Self {
+        OsdAddrs {
+            cluster: addr.clone(),
+            public: addr,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,11 +345,21 @@ impl ClusterMap {
         self.osds.get(&osd).is_some_and(|o| o.up)
     }
 
+    /// The public address of `osd` if it is up: where clients and admin
+    /// tools reach it.
     pub fn osd_addr(&self, osd: OsdId) -> Option<&str> {
         self.osds
             .get(&osd)
             .filter(|o| o.up)
             .map(|o| o.addr.as_str())
+    }
+
+    /// The cluster address of `osd` if it is up: where its peers reach it.
+    pub fn osd_cluster_addr(&self, osd: OsdId) -> Option<&str> {
+        self.osds
+            .get(&osd)
+            .filter(|o| o.up)
+            .map(|o| o.cluster_addr.as_str())
     }
 
     /// Every PG of every pool.
@@ -582,6 +615,26 @@ mod tests {
         let after = map.acting(pg);
         assert_eq!(before.osds, after.osds);
         assert_ne!(before, after);
+    }
+
+    #[test]
+    fn public_and_cluster_addresses_are_kept_apart() {
+        let mut map = map_with(3);
+        let report = cairn_crush::DeviceReport::unlocated(WEIGHT_ONE);
+        let addrs = OsdAddrs {
+            public: "10.0.0.1:6800".into(),
+            cluster: "10.1.0.1:6801".into(),
+        };
+        map.osd_boot_with(1, addrs, &report).unwrap();
+        assert_eq!(map.osd_addr(1), Some("10.0.0.1:6800"));
+        assert_eq!(map.osd_cluster_addr(1), Some("10.1.0.1:6801"));
+        // One address serves both networks.
+        assert_eq!(map.osd_addr(0), Some("127.0.0.1:7000"));
+        assert_eq!(map.osd_cluster_addr(0), Some("127.0.0.1:7000"));
+        // A down OSD has no address to reach.
+        map.mark_down(1);
+        assert_eq!((map.osd_addr(1), map.osd_cluster_addr(1)), (None, None));
+        assert_eq!(map.osds[&1].cluster_addr, "10.1.0.1:6801");
     }
 
     #[test]

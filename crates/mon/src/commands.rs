@@ -27,6 +27,7 @@ impl Monitor {
                 crate::crush_commands::osd_list(&st.map),
                 &st.usage,
             )),
+            MonCommand::OsdDump => Ok(osd_dump(&st.map)),
             MonCommand::PoolLs => Ok(json!(st
                 .map
                 .pools
@@ -119,6 +120,76 @@ fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<
         }
         other => Err(format!("unknown pool setting '{other}' (settable: pg_num)")),
     }
+}
+
+/// `osd dump`: the map's epoch, every OSD (public and cluster address,
+/// up/in, the epochs of its history, CRUSH weight, class and location),
+/// every pool and every `pg_temp`.
+fn osd_dump(map: &ClusterMap) -> Value {
+    let crush = map.crush();
+    let osds: Vec<Value> = map
+        .osds
+        .values()
+        .map(|o| {
+            let device = crush.device(o.id);
+            let weight = device.map_or(0, |d| u64::from(d.weight));
+            json!({
+                "id": o.id,
+                "public_addr": o.addr,
+                "cluster_addr": o.cluster_addr,
+                "up": o.up,
+                "in": o.is_in,
+                "up_from": o.up_from,
+                "up_thru": o.up_thru,
+                "down_at": o.down_at,
+                "lost_at": o.lost_at,
+                "weight": weight,
+                "crush_weight": cairn_map::crush::format_weight(weight).parse::<f64>().unwrap_or(0.0),
+                "class": device.map(|d| crush.class_name(d.class)),
+                "location": crush_location(map, o.id),
+            })
+        })
+        .collect();
+    let pools: Vec<Value> = map
+        .pools
+        .values()
+        .map(|p| crate::crush_commands::pool_json(map, p))
+        .collect();
+    let pg_temp: BTreeMap<String, &Vec<u32>> = map
+        .pg_temp
+        .iter()
+        .map(|(pg, osds)| (pg.to_string(), osds))
+        .collect();
+    json!({
+        "fsid": map.fsid,
+        "epoch": map.epoch,
+        "osds": osds,
+        "pools": pools,
+        "pg_temp": pg_temp,
+    })
+}
+
+/// Where `osd` sits in CRUSH, as `{type: bucket}` from its host up (empty
+/// outside the hierarchy).
+fn crush_location(map: &ClusterMap, osd: cairn_types::OsdId) -> Value {
+    let crush = map.crush();
+    let mut location = serde_json::Map::new();
+    let Ok(mut item) = i32::try_from(osd) else {
+        return Value::Object(location);
+    };
+    // Every step goes at least one type up, so the types bound the walk.
+    for _ in 0..=crush.types().len() {
+        let Some(parent) = crush.parent_of(item) else {
+            break;
+        };
+        let type_name = crush
+            .type_of(parent)
+            .map_or("?", |t| crush.type_name(t))
+            .to_string();
+        location.insert(type_name, json!(crush.item_name(parent)));
+        item = parent;
+    }
+    Value::Object(location)
 }
 
 /// The state name of one PG as `cairn status` shows it: its primary's

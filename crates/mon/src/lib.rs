@@ -1,19 +1,21 @@
 //! The monitor: sole owner and writer of the cluster map.
 //!
 //! It registers booting OSDs, marks silent or disconnected ones down (and,
-//! after a longer interval, out), creates and removes pools, persists every
-//! new epoch in its [`store`] before publishing it, and pushes each epoch to
-//! every subscriber. It also gathers the PG states that primaries report in
-//! their heartbeats, for `cairn status`, and each OSD's used and total
-//! space, which it judges against the full ratios (`full`), recording in
-//! the map which OSDs are nearfull, backfillfull or full. It never touches
-//! object data.
+//! after a longer interval, out), as well as ones their peers report
+//! silent on the cluster network ([`failure`]), creates and removes pools,
+//! persists every new epoch in its [`store`] before publishing it, and
+//! pushes each epoch to every subscriber. It also gathers the PG states
+//! that primaries report in their heartbeats, for `cairn status`, and each
+//! OSD's used and total space, which it judges against the full ratios
+//! (`full`), recording in the map which OSDs are nearfull, backfillfull or
+//! full. It never touches object data.
 //!
 //! One monitor serves a cluster for now; a Raft quorum will replace
 //! [`store::MapStore`] without changing the map model.
 
 mod commands;
 mod crush_commands;
+mod failure;
 mod full;
 mod health;
 pub mod store;
@@ -35,6 +37,11 @@ pub use store::{MapStore, MonStoreError};
 #[derive(Clone, Debug)]
 pub struct MonOptions {
     pub heartbeat_grace: Duration,
+    /// Distinct `reporter_subtree_level` buckets whose OSDs must report a
+    /// peer silent for it to be marked down.
+    pub min_down_reporters: u32,
+    /// CRUSH type counting failure reporters (`osd` or a bucket type).
+    pub reporter_subtree_level: String,
     pub down_on_disconnect: bool,
     /// `None`: never mark down OSDs out automatically.
     pub down_out_interval: Option<Duration>,
@@ -53,6 +60,8 @@ impl Default for MonOptions {
     fn default() -> Self {
         Self {
             heartbeat_grace: Duration::from_secs(6),
+            min_down_reporters: 2,
+            reporter_subtree_level: "host".into(),
             down_on_disconnect: true,
             down_out_interval: Some(Duration::from_secs(600)),
             pool_default_pg_num: 32,
@@ -97,6 +106,8 @@ struct MonState {
     subscribers: Vec<Sender>,
     sessions: HashMap<OsdId, OsdSession>,
     down_since: HashMap<OsdId, Instant>,
+    /// Peers' reports of OSDs silent on the cluster network.
+    failures: failure::FailureReports,
     pg_stats: HashMap<PgId, PgStat>,
     /// Each OSD's recovery counters, as it last reported them.
     pub(crate) osd_counters: HashMap<OsdId, cairn_wire::RecoveryCounters>,
@@ -148,6 +159,7 @@ impl Monitor {
             subscribers: Vec::new(),
             sessions: HashMap::new(),
             down_since: HashMap::new(),
+            failures: failure::FailureReports::default(),
             pg_stats: HashMap::new(),
             osd_counters: HashMap::new(),
             usage: HashMap::new(),
@@ -266,6 +278,7 @@ impl Monitor {
             Message::OsdBoot {
                 id,
                 addr,
+                cluster_addr,
                 fsid,
                 crush,
             } => {
@@ -282,10 +295,18 @@ impl Monitor {
                     },
                 );
                 st.down_since.remove(&id);
+                st.failures.forget(id);
                 *booted = Some(id);
-                tracing::info!("osd.{id} booted at {addr} ({})", crush.location);
+                tracing::info!(
+                    "osd.{id} booted at {addr}, cluster {cluster_addr} ({})",
+                    crush.location
+                );
+                let addrs = cairn_map::OsdAddrs {
+                    public: addr,
+                    cluster: cluster_addr,
+                };
                 let refused = self.update(&mut st, |map| {
-                    (true, map.osd_boot_with(id, addr, &crush).err())
+                    (true, map.osd_boot_with(id, addrs, &crush).err())
                 })?;
                 if let Some(e) = refused {
                     tracing::error!("osd.{id}: CRUSH location not applied: {e}");
@@ -312,6 +333,20 @@ impl Monitor {
                     }
                     st.pg_stats.insert(stat.pg, stat);
                 }
+            }
+            Message::OsdFailure {
+                reporter,
+                target,
+                silent_ms,
+            } => {
+                if *booted != Some(reporter) || reporter == target {
+                    tracing::warn!(
+                        "failure report by osd.{reporter} from another session; ignored"
+                    );
+                    return Ok(());
+                }
+                let mut st = self.state.lock();
+                self.failure_reported(&mut st, reporter, target, silent_ms);
             }
             Message::Subscribe { have } => {
                 let mut st = self.state.lock();
@@ -384,7 +419,28 @@ impl Monitor {
         }
     }
 
+    /// `reporter` says `target` has been silent on the cluster network:
+    /// mark it down once enough distinct buckets report it.
+    fn failure_reported(&self, st: &mut MonState, reporter: OsdId, target: OsdId, silent_ms: u64) {
+        if !st.map.is_up(reporter) || !st.map.is_up(target) {
+            return; // a down reporter's view, or already down
+        }
+        st.failures.report(target, reporter, Instant::now());
+        let level = &self.opts.reporter_subtree_level;
+        let domains = st.failures.domains(&st.map, target, level);
+        if (domains.len() as u32) < self.opts.min_down_reporters {
+            return;
+        }
+        tracing::warn!(
+            "osd.{target} is silent on the cluster network for {silent_ms} ms, reported from \
+             {level}s {domains:?}; marking down"
+        );
+        st.sessions.remove(&target);
+        self.mark_down(st, target);
+    }
+
     fn mark_down(&self, st: &mut MonState, id: OsdId) {
+        st.failures.forget(id);
         st.down_since.insert(id, Instant::now());
         if let Err(e) = self.update(st, |map| (map.mark_down(id), ())) {
             tracing::error!("cannot persist map: {e}");
@@ -398,6 +454,7 @@ impl Monitor {
             let mut st = self.state.lock();
             self.trim_recovered(&mut st);
             let now = Instant::now();
+            st.failures.expire(now, self.opts.heartbeat_grace);
             let silent: Vec<OsdId> = st
                 .sessions
                 .iter()

@@ -22,5 +22,5 @@ pub mod pg;
 mod slots;
 
 pub use crate::core::{CoreOptions, OsdCore, PlantedBug, MAX_HELD, MAX_OID_LEN};
-pub use daemon::{Osd, OsdError, OsdOptions};
+pub use daemon::{Listeners, Osd, OsdError, OsdOptions};
 pub use pg::{Pg, Role};

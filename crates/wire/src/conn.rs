@@ -120,9 +120,20 @@ impl Connection {
     }
 }
 
-/// Connect to `addr` and send `hello` as the first message.
+/// Longest a TCP connect may take: an address whose host does not answer
+/// (a cut link drops the handshake without a reset) fails after this
+/// instead of after the kernel's SYN retries (about two minutes).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Connect to `addr` (within [`CONNECT_TIMEOUT`]) and send `hello` as the
+/// first message.
 pub async fn connect(addr: &str, hello: Message) -> Result<Connection, WireError> {
-    let stream = TcpStream::connect(addr).await?;
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            let what = format!("connecting to {addr} timed out after {CONNECT_TIMEOUT:?}");
+            std::io::Error::new(std::io::ErrorKind::TimedOut, what)
+        })??;
     let conn = Connection::from_stream(stream)?;
     if !conn.sender.send(hello) {
         return Err(WireError::Closed);

@@ -32,7 +32,10 @@ pub enum Message {
     // ----- monitor -----
     OsdBoot {
         id: OsdId,
+        /// Public address: for clients, admin tools and the monitor.
         addr: String,
+        /// Cluster address: for other OSDs.
+        cluster_addr: String,
         fsid: String,
         /// Where the OSD is in the CRUSH hierarchy, its device class and size.
         crush: DeviceReport,
@@ -47,6 +50,14 @@ pub enum Message {
         usage: Option<OsdUsage>,
         /// Recovery done by this OSD since it started.
         counters: RecoveryCounters,
+    },
+    /// `target` has not answered `reporter`'s heartbeats on the cluster
+    /// network for `silent_ms`; sent every heartbeat interval while it
+    /// lasts.
+    OsdFailure {
+        reporter: OsdId,
+        target: OsdId,
+        silent_ms: u64,
     },
     /// Ask for every map newer than `have`, now and as they are made.
     Subscribe {
@@ -115,6 +126,9 @@ pub enum MonCommand {
     Status,
     GetMap,
     OsdLs,
+    /// The map's OSDs (both addresses, state, CRUSH position), pools and
+    /// `pg_temp` (`cairn osd dump`).
+    OsdDump,
     OsdOut {
         id: OsdId,
     },

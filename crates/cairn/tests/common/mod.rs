@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod nbd;
+pub mod writes;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -100,9 +101,7 @@ impl TestCluster {
 
     /// The pid of a daemon (`mon`, `osd.N`) from the cluster's state file.
     pub fn pid(&self, name: &str) -> u32 {
-        let text = std::fs::read_to_string(self.dir.path().join("cluster.json")).expect("state");
-        let state: serde_json::Value = serde_json::from_str(&text).expect("json");
-        state["daemons"]
+        self.state()["daemons"]
             .as_array()
             .expect("daemons")
             .iter()
@@ -151,6 +150,43 @@ impl TestCluster {
         }
     }
 
+    /// Run `cairn cluster SUBCOMMAND ARGS --dir <this cluster>`.
+    pub fn cluster_cmd(&self, args: &[&str]) -> Output {
+        Command::new(CAIRN)
+            .arg("cluster")
+            .args(args)
+            .arg("--dir")
+            .arg(self.dir.path())
+            .output()
+            .expect("run cairn")
+    }
+
+    /// `cairn cluster status --json`: daemons, hosts (of a `--netns`
+    /// cluster: namespace, addresses, link states) and the cluster status.
+    pub fn cluster_status(&self) -> serde_json::Value {
+        let out = self.cluster_cmd(&["status", "--json"]);
+        assert!(out.status.success(), "cluster status failed");
+        serde_json::from_slice(&out.stdout).expect("cluster status json")
+    }
+
+    /// Cut (`up` false) or heal host `host`'s links on `network`
+    /// (`public`, `cluster` or `both`) of a `--netns` cluster.
+    pub fn set_links(&self, host: &str, network: &str, up: bool) {
+        let verb = if up { "heal" } else { "cut" };
+        let out = self.cluster_cmd(&[verb, "--host", host, "--network", network]);
+        assert!(
+            out.status.success(),
+            "cluster {verb} {host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The cluster's recorded state (`cluster.json`).
+    pub fn state(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.dir.path().join("cluster.json")).expect("state");
+        serde_json::from_str(&text).expect("json")
+    }
+
     pub fn status(&self) -> serde_json::Value {
         serde_json::from_str(&self.ok(&["--json", "status"])).expect("status json")
     }
@@ -194,6 +230,16 @@ impl Drop for TestCluster {
             .args(["cluster", "down", "--dir", &dir_arg])
             .output();
     }
+}
+
+/// Can this process make network namespaces (root, with `ip netns`)?
+/// Tests of `--netns` clusters need it.
+pub fn netns_usable() -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    root && Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Deterministic pseudo-random bytes.

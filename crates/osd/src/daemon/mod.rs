@@ -1,5 +1,11 @@
 //! The OSD daemon: [`OsdCore`] behind one lock, driven by tokio.
 //!
+//! Two listeners, as Ceph's OSDs have: the *public* address takes clients
+//! and admin tools (the monitor session goes out from the public side
+//! too), the *cluster* address takes the other OSDs (replication, peering,
+//! recovery). A peer that says hello on the public address, or a client on
+//! the cluster address, is turned away, so the two networks stay apart.
+//!
 //! Connections: every client and peer connection gets a reader task that
 //! turns messages into core calls; replies and messages go out through each
 //! connection's writer task (never waiting on a socket under the lock).
@@ -8,6 +14,7 @@
 //! connection lost either way is reported to the core as a peer reset.
 //! Store commits and reads run as tasks that call back into the core.
 
+mod heartbeat;
 mod io;
 mod mon_client;
 mod peers;
@@ -35,6 +42,9 @@ pub struct OsdOptions {
     pub id: OsdId,
     pub mon_addr: String,
     pub heartbeat_interval: Duration,
+    /// A peer silent on the cluster network for this long is reported to
+    /// the monitor (`mon.osd_heartbeat_grace_ms`).
+    pub heartbeat_grace: Duration,
     /// File holding the cluster fsid this OSD belongs to (written at first boot).
     pub fsid_file: Option<std::path::PathBuf>,
     pub core: CoreOptions,
@@ -53,6 +63,37 @@ pub enum OsdError {
     Store(#[from] cairn_store::StoreError),
 }
 
+/// The OSD's listening sockets, from [`Osd::bind`].
+pub struct Listeners {
+    pub public: TcpListener,
+    pub cluster: TcpListener,
+}
+
+/// Which of the OSD's two networks a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Network {
+    Public,
+    Cluster,
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Network::Public => "public",
+            Network::Cluster => "cluster",
+        })
+    }
+}
+
+async fn listen(addr: SocketAddr) -> Result<TcpListener, OsdError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| OsdError::Listen {
+            addr: addr.to_string(),
+            source,
+        })
+}
+
 /// How often the core's timers (peering retries, recovery waiting for a
 /// slot) are run.
 const TICK: Duration = Duration::from_millis(100);
@@ -61,11 +102,16 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct Osd {
     pub(crate) opts: OsdOptions,
     pub(crate) store: Arc<dyn ObjectStore>,
-    pub(crate) addr: SocketAddr,
+    /// Where clients and the monitor reach this OSD.
+    pub(crate) public_addr: SocketAddr,
+    /// Where peers reach this OSD.
+    pub(crate) cluster_addr: SocketAddr,
     core: Mutex<OsdCore>,
     /// The newest map, readable without the core's lock (peer addresses).
     pub(crate) map: RwLock<Arc<cairn_map::ClusterMap>>,
     pub(crate) peers: Peers,
+    /// Peers' answers to this OSD's heartbeats on the cluster network.
+    pub(crate) heartbeats: heartbeat::Heartbeats,
     clients: Mutex<HashMap<u64, Sender>>,
     next_client: AtomicU64,
     /// The monitor session's sender, while one is up.
@@ -76,18 +122,26 @@ pub struct Osd {
 }
 
 impl Osd {
-    /// Bind the OSD's address and load its PGs; the OSD is not yet serving.
+    /// Bind the OSD's public and cluster addresses and load its PGs; the
+    /// OSD is not yet serving.
     pub async fn bind(
         opts: OsdOptions,
         store: Arc<dyn ObjectStore>,
-        bind_addr: &str,
-    ) -> Result<(Arc<Self>, TcpListener), OsdError> {
-        let listen = |source| OsdError::Listen {
-            addr: bind_addr.to_string(),
-            source,
+        public: SocketAddr,
+        cluster: SocketAddr,
+    ) -> Result<(Arc<Self>, Listeners), OsdError> {
+        let listeners = Listeners {
+            public: listen(public).await?,
+            cluster: listen(cluster).await?,
         };
-        let listener = TcpListener::bind(bind_addr).await.map_err(listen)?;
-        let addr = listener.local_addr().map_err(listen)?;
+        let local = |l: &TcpListener, addr: SocketAddr| {
+            l.local_addr().map_err(|source| OsdError::Listen {
+                addr: addr.to_string(),
+                source,
+            })
+        };
+        let public_addr = local(&listeners.public, public)?;
+        let cluster_addr = local(&listeners.cluster, cluster)?;
         let osd = Arc::new_cyclic(|weak| {
             let start = Instant::now();
             let mut loader = io::LoadIo {
@@ -97,9 +151,11 @@ impl Osd {
             let core = OsdCore::new(opts.id, opts.core.clone(), &mut loader);
             Osd {
                 peers: Peers::new(opts.id, weak.clone()),
+                heartbeats: heartbeat::Heartbeats::new(opts.heartbeat_grace),
                 opts,
                 store,
-                addr,
+                public_addr,
+                cluster_addr,
                 core: Mutex::new(core),
                 map: RwLock::new(Arc::new(cairn_map::ClusterMap::before_first())),
                 clients: Mutex::new(HashMap::new()),
@@ -109,7 +165,12 @@ impl Osd {
                 start,
             }
         });
-        Ok((osd, listener))
+        Ok((osd, listeners))
+    }
+
+    /// The addresses the OSD listens on: public, then cluster.
+    pub fn addrs(&self) -> (SocketAddr, SocketAddr) {
+        (self.public_addr, self.cluster_addr)
     }
 
     pub fn id(&self) -> OsdId {
@@ -130,17 +191,31 @@ impl Osd {
         f(&mut core, &mut io)
     }
 
-    /// Run the OSD: monitor session, timers and the accept loop. Returns
-    /// only if the listener fails.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+    /// Run the OSD: monitor session, timers and both accept loops. Returns
+    /// only if a listener fails.
+    pub async fn serve(self: Arc<Self>, listeners: Listeners) -> std::io::Result<()> {
         tokio::spawn(self.clone().mon_session_loop());
         tokio::spawn(self.clone().tick_loop());
+        tokio::spawn(self.clone().peer_heartbeat_loop());
+        tokio::try_join!(
+            self.clone().accept_loop(listeners.public, Network::Public),
+            self.clone()
+                .accept_loop(listeners.cluster, Network::Cluster),
+        )?;
+        Ok(())
+    }
+
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        network: Network,
+    ) -> std::io::Result<()> {
         loop {
             let (stream, peer) = listener.accept().await?;
             let osd = self.clone();
             tokio::spawn(async move {
                 match Connection::from_stream(stream) {
-                    Ok(conn) => osd.serve_connection(conn).await,
+                    Ok(conn) => osd.serve_connection(conn, network).await,
                     Err(e) => tracing::debug!("accept from {peer}: {e}"),
                 }
             });
@@ -155,7 +230,7 @@ impl Osd {
         }
     }
 
-    async fn serve_connection(self: Arc<Self>, mut conn: Connection) {
+    async fn serve_connection(self: Arc<Self>, mut conn: Connection, network: Network) {
         let peer = conn.peer;
         let entity = match conn.reader.read().await {
             Ok(Message::Hello { entity, .. }) => entity,
@@ -164,9 +239,15 @@ impl Osd {
                 return;
             }
         };
-        match entity {
-            Entity::Osd(from) => self.serve_peer(from, conn).await,
-            _ => self.serve_client(entity, conn).await,
+        match (entity, network) {
+            (Entity::Osd(from), Network::Cluster) => self.serve_peer(from, conn).await,
+            (Entity::Osd(_), Network::Public) | (_, Network::Cluster) => {
+                tracing::warn!(
+                    "{entity} at {peer} connected on the {network} address, which is not for it; \
+                     closing"
+                );
+            }
+            (_, Network::Public) => self.serve_client(entity, conn).await,
         }
     }
 

@@ -1,16 +1,19 @@
 //! The OSD's monitor session: subscribe to maps (every epoch, so that no
 //! interval change is missed), boot, heartbeat with the stats of the PGs
-//! this OSD is primary for and its store's used and total space, carry the core's `up_thru` and `pg_temp`
-//! requests, and re-boot if the monitor marks this OSD down while it lives.
+//! this OSD is primary for and its store's used and total space, carry the
+//! core's `up_thru` and `pg_temp` requests, and re-boot if the monitor
+//! marks this OSD down while it lives (once enough peers answer its
+//! heartbeats, see [`super::heartbeat`]).
 //! A lost session is re-established with backoff; the OSD keeps serving
 //! with the map it has meanwhile.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_map::ClusterMap;
-use cairn_types::Entity;
-use cairn_wire::{connect, Message, WireError};
+use cairn_types::{Entity, Epoch};
+use cairn_wire::{connect, Message, Sender, WireError};
 
 use super::Osd;
 
@@ -64,14 +67,27 @@ impl Osd {
         self.take_map(*first);
         let boot = Message::OsdBoot {
             id: self.id(),
-            addr: self.addr.to_string(),
+            addr: self.public_addr.to_string(),
+            cluster_addr: self.cluster_addr.to_string(),
             fsid,
             crush: self.opts.crush.clone(),
         };
         conn.sender.send(boot.clone());
         *self.mon.lock() = Some(conn.sender.clone());
-        tracing::info!("osd.{} booting at {}", self.id(), self.addr);
-        let heartbeat = tokio::spawn(self.clone().heartbeat_loop(conn.sender.clone()));
+        tracing::info!(
+            "osd.{} booting at {} (cluster {})",
+            self.id(),
+            self.public_addr,
+            self.cluster_addr
+        );
+        // Set while this OSD, marked down, waits for its peers to answer
+        // before it boots again (the heartbeat loop sends the boot).
+        let reboot = Arc::new(AtomicBool::new(false));
+        let heartbeat = tokio::spawn(self.clone().heartbeat_loop(
+            conn.sender.clone(),
+            boot.clone(),
+            reboot.clone(),
+        ));
         let result = loop {
             match conn.reader.read().await {
                 Ok(Message::MapUpdate { map }) => {
@@ -80,11 +96,7 @@ impl Osd {
                     self.take_map(*map);
                     if let Some(info) = me {
                         if !info.up && info.down_at == epoch {
-                            tracing::warn!(
-                                "osd.{}: map {epoch} marks me down; re-booting",
-                                self.id()
-                            );
-                            conn.sender.send(boot.clone());
+                            self.marked_down(epoch, &conn.sender, &boot, &reboot);
                         }
                     }
                 }
@@ -94,6 +106,22 @@ impl Osd {
         };
         heartbeat.abort();
         result
+    }
+
+    /// The map marks this OSD down while it lives: boot again now if its
+    /// peers answer its heartbeats, else once they do.
+    fn marked_down(&self, epoch: Epoch, sender: &Sender, boot: &Message, reboot: &AtomicBool) {
+        if self.heartbeats.healthy(Instant::now()) {
+            tracing::warn!("osd.{}: map {epoch} marks me down; re-booting", self.id());
+            sender.send(boot.clone());
+        } else {
+            tracing::warn!(
+                "osd.{}: map {epoch} marks me down; too few peers answer on the cluster \
+                 network, re-booting once they do",
+                self.id()
+            );
+            reboot.store(true, Ordering::SeqCst);
+        }
     }
 
     fn check_fsid(&self, fsid: &str) -> Result<(), WireError> {
@@ -118,7 +146,12 @@ impl Osd {
         }
     }
 
-    async fn heartbeat_loop(self: Arc<Self>, sender: cairn_wire::Sender) {
+    async fn heartbeat_loop(
+        self: Arc<Self>,
+        sender: Sender,
+        boot: Message,
+        reboot: Arc<AtomicBool>,
+    ) {
         let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
         loop {
             tokio::select! {
@@ -127,6 +160,11 @@ impl Osd {
                     // Coalesce bursts of state changes into one report.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+            }
+            if reboot.load(Ordering::SeqCst) && self.heartbeats.healthy(Instant::now()) {
+                tracing::info!("osd.{}: peers answer again; re-booting", self.id());
+                reboot.store(false, Ordering::SeqCst);
+                sender.send(boot.clone());
             }
             let (epoch, pgs, counters) = self.with_core(|core, io| {
                 let stats = core.stats(io);

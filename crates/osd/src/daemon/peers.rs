@@ -1,5 +1,6 @@
-//! Connections this OSD opens to its peers, one per peer, for the PG
-//! messages it sends them (peers answer on the connections they open).
+//! Connections this OSD opens to its peers' cluster addresses, one per
+//! peer, for the PG messages it sends them (peers answer on the
+//! connections they open).
 //!
 //! A message to a peer with no connection yet starts one and waits for it
 //! (bounded); messages go out in the order they were sent. When a
@@ -52,10 +53,29 @@ impl Peers {
 
     /// Send `msg` to peer `to` (connecting first if needed).
     pub fn send(&self, to: OsdId, msg: PgMessage) {
+        self.send_message(to, Message::Pg(msg));
+    }
+
+    /// Ping peer `to` on the same connection (its pong comes back on it).
+    pub fn ping(&self, to: OsdId, nonce: u64) {
+        self.send_message(to, Message::Ping { nonce });
+    }
+
+    /// Drop the connection to `to` (it stopped answering): the core is
+    /// told, and the next message connects afresh.
+    pub fn drop_link(&self, to: OsdId) {
         let Some(osd) = self.osd.upgrade() else {
             return;
         };
-        let msg = Message::Pg(msg);
+        if self.links.lock().remove(&to).is_some() {
+            self.reset(&osd, to);
+        }
+    }
+
+    fn send_message(&self, to: OsdId, msg: Message) {
+        let Some(osd) = self.osd.upgrade() else {
+            return;
+        };
         let mut links = self.links.lock();
         match links.get_mut(&to) {
             Some(Link::Up { sender, .. }) => {
@@ -77,7 +97,7 @@ impl Peers {
             }
             None => {
                 let map = osd.map.read().clone();
-                let Some(addr) = map.osd_addr(to).map(str::to_string) else {
+                let Some(addr) = map.osd_cluster_addr(to).map(str::to_string) else {
                     drop(links);
                     return self.reset(&osd, to);
                 };
@@ -95,13 +115,13 @@ impl Peers {
         }
     }
 
-    /// Forget links to peers the map shows down or at a new address.
+    /// Forget links to peers the map shows down or at a new cluster address.
     pub fn forget_stale(&self, map: &ClusterMap) {
         self.links.lock().retain(|osd, link| {
             let addr = match link {
                 Link::Connecting { addr, .. } | Link::Up { addr, .. } => addr,
             };
-            map.osd_addr(*osd) == Some(addr.as_str())
+            map.osd_cluster_addr(*osd) == Some(addr.as_str())
         });
     }
 
@@ -170,6 +190,7 @@ async fn connect_to(osd: Arc<Osd>, to: OsdId, addr: String, fsid: String) {
     let mut reader = conn.reader;
     let reason = loop {
         match reader.read().await {
+            Ok(Message::Pong { .. }) => osd.heartbeats.pong(to, std::time::Instant::now()),
             Ok(_) => continue,
             Err(WireError::Closed) => break "closed".to_string(),
             Err(e) => break e.to_string(),
