@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_map::ClusterMap;
-use cairn_types::{Epoch, OsdId, ReqId};
+use cairn_types::{Epoch, OsdId, PgId, ReqId};
 use cairn_wire::{ObjOp, OpError, OpOutput, OsdOp, OsdOpReply};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -30,6 +30,8 @@ struct Pending {
     kind: Kind,
     /// Where the latest send went, and its tid.
     sent: Option<(OsdId, u64)>,
+    /// The PG the latest send named.
+    sent_pg: Option<PgId>,
     retry_at: Option<Duration>,
     /// Resend once the map reaches this epoch.
     wait_epoch: Option<Epoch>,
@@ -122,6 +124,7 @@ impl SimClient {
                 reqid,
                 kind,
                 sent: None,
+                sent_pg: None,
                 retry_at: None,
                 wait_epoch: None,
                 started: now,
@@ -198,6 +201,7 @@ impl SimClient {
             self.tids.remove(&old);
         }
         p.sent = Some((primary, tid));
+        p.sent_pg = Some(pg);
         self.tids.insert(tid, key);
         Some(Send {
             to: primary,
@@ -226,7 +230,7 @@ impl SimClient {
             let pg = self.map.object_pg(&pool, &self.objects[p.obj].name);
             let primary = self.map.acting(pg).primary();
             let waiting = p.wait_epoch.is_some_and(|e| e <= self.map.epoch);
-            if waiting || p.sent.map(|(o, _)| o) != primary {
+            if waiting || p.sent.map(|(o, _)| o) != primary || p.sent_pg != Some(pg) {
                 resend.push(key);
             }
         }

@@ -62,6 +62,8 @@ pub struct SimConfig {
     pub settle: Duration,
     /// Let random runs rot object copies.
     pub bitrot: bool,
+    /// Random runs may split the pool's PGs (doubling `pg_num`) up to this.
+    pub max_pg_num: u32,
     pub planted_bug: Option<PlantedBug>,
 }
 
@@ -82,6 +84,7 @@ impl SimConfig {
             chaos: Duration::from_secs(30),
             settle: Duration::from_secs(180),
             bitrot: true,
+            max_pg_num: 32,
             planted_bug: None,
         }
     }
@@ -365,6 +368,12 @@ impl Sim {
 
     pub fn mark_down(&mut self, osd: OsdId) {
         self.mon.request(Change::Down(osd));
+    }
+
+    /// `pool set rbd pg_num n`: split every PG of the pool.
+    pub fn set_pg_num(&mut self, n: u32) {
+        self.log.push(format!("{:?} pg_num {n}", self.now));
+        self.mon.request(Change::PgNum(n));
     }
 
     pub fn mark_lost(&mut self, osd: OsdId) {

@@ -24,6 +24,8 @@ pub enum Change {
     UpThru(OsdId, Epoch),
     PgTemp(OsdId, PgId, Vec<OsdId>),
     Full(OsdId, FullState),
+    /// `pool set rbd pg_num N`.
+    PgNum(u32),
 }
 
 pub struct SimMon {
@@ -166,6 +168,9 @@ impl SimMon {
             Change::Lost(osd) => map.mark_lost(osd).unwrap_or(false),
             Change::UpThru(osd, epoch) => map.set_up_thru(osd, epoch),
             Change::Full(osd, state) => map.set_full_state(osd, state),
+            Change::PgNum(n) => map
+                .set_pg_num("rbd", n)
+                .unwrap_or_else(|e| panic!("bad simulated pg_num {n}: {e}")),
             Change::PgTemp(from, pg, osds) => {
                 if map.acting(pg).primary() != Some(from) {
                     return false;

@@ -156,6 +156,12 @@ impl Sim {
                 }
             }
             78..=87 if self.cfg.bitrot => self.rot_a_copy(),
+            88..=89 => {
+                let pg_num = self.map().pool_by_name("rbd").map_or(0, |p| p.pg_num);
+                if pg_num > 0 && pg_num < self.cfg.max_pg_num {
+                    self.set_pg_num(pg_num * 2);
+                }
+            }
             _ => {}
         }
     }

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use cairn_store::memstore::MemStore;
 use cairn_store::{
-    BoxFuture, Collection, Commit, ObjectId, ObjectStat, ObjectStore, Result, StoreError,
-    StoreStats, Transaction, TxOp, Version,
+    split_destination, BoxFuture, Collection, Commit, ObjectId, ObjectStat, ObjectStore, Result,
+    StoreError, StoreStats, Transaction, TxOp, Version,
 };
 
 /// A PG's client objects on one disk: name → (data, encoded version).
@@ -74,6 +74,27 @@ impl SimStore {
                     self.corrupt.remove(oid);
                 }
                 TxOp::RemoveCollection { coll } => self.corrupt.retain(|o| o.coll != *coll),
+                // The rot goes with the object.
+                TxOp::Move { from, to } => {
+                    self.corrupt.remove(to);
+                    if self.corrupt.remove(from) {
+                        self.corrupt.insert(to.clone());
+                    }
+                }
+                TxOp::SplitCollection { coll, pg_num } => {
+                    let moving: Vec<ObjectId> = self
+                        .corrupt
+                        .iter()
+                        .filter(|o| o.coll == *coll)
+                        .cloned()
+                        .collect();
+                    for oid in moving {
+                        if let Some(dest) = split_destination(*coll, *pg_num, &oid.name) {
+                            self.corrupt.remove(&oid);
+                            self.corrupt.insert(ObjectId::new(dest, oid.name));
+                        }
+                    }
+                }
                 _ => {}
             }
         }

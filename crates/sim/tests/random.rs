@@ -29,7 +29,14 @@ fn run_all(name: &str, first: u64, default: u64, mut cfg: impl FnMut(u64) -> Sim
     let mut failures = Vec::new();
     let (mut writes, mut reads) = (0, 0);
     for seed in seeds(first, default) {
-        match random_run(cfg(seed)) {
+        let config = cfg(seed);
+        // A panic (a broken invariant) is a failure of this seed: name it.
+        let run = std::panic::catch_unwind(|| random_run(config)).unwrap_or_else(|_| {
+            Err(format!(
+                "seed {seed} panicked (replay with CAIRN_SIM_SEED={seed})"
+            ))
+        });
+        match run {
             Ok(report) => {
                 writes += report.acked_writes;
                 reads += report.reads_checked;

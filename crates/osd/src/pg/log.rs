@@ -229,6 +229,12 @@ pub fn merge(
     }
     let common = if split > 0 {
         ours[split - 1].version
+    } else if ours.is_empty() {
+        // Nothing of ours after the authority's tail, and our head reaches
+        // it (checked above): our log records every change to this PG's
+        // objects up to there. (A split PG's log holds only its own
+        // objects' entries, so its newest may be older than that tail.)
+        auth_tail.max(mine.tail())
     } else {
         // Nothing of ours after the authority's tail matches: the common
         // point is our newest entry at or before that tail.
@@ -471,6 +477,37 @@ mod tests {
             ),
             Err(MergeError::DivergesBeforeTail { .. })
         ));
+    }
+
+    #[test]
+    fn a_split_log_without_entries_since_the_tail_catches_up_from_the_log() {
+        // A split child's log: the parent's tail and head, but only its own
+        // objects' entries, the newest older than the authority's tail.
+        let mine = PgLog::with_head(v(1, 2), v(3, 30), vec![modify(v(1, 4), Version::ZERO, "a")]);
+        let auth = vec![modify(v(3, 31), v(1, 4), "a")];
+        let merged = merge(&mine, &Missing::new(), v(2, 20), v(3, 31), &auth, |_| {
+            Some(v(1, 4))
+        })
+        .expect("a split log that reaches the tail merges");
+        assert_eq!(merged.divergent, 0);
+        assert_eq!(merged.missing.get("a"), Some(&v(3, 31)));
+        assert_eq!(merged.log.head(), v(3, 31));
+        // Equal heads, no entries either side: nothing to do.
+        let mine = PgLog::with_head(v(1, 2), v(3, 30), Vec::new());
+        let merged = merge(&mine, &Missing::new(), v(2, 20), v(3, 30), &[], |_| None)
+            .expect("empty split logs merge");
+        assert!(merged.missing.is_empty() && merged.remove.is_empty());
+        // Our tail is newer than the authority's: its older entries are
+        // before our log and not taken into it.
+        let mine = PgLog::with_head(v(2, 25), v(3, 30), Vec::new());
+        let auth = vec![
+            modify(v(2, 22), Version::ZERO, "b"),
+            modify(v(3, 31), Version::ZERO, "c"),
+        ];
+        let merged = merge(&mine, &Missing::new(), v(2, 20), v(3, 31), &auth, |_| None)
+            .expect("a newer tail merges");
+        assert_eq!(merged.log.entries().count(), 1);
+        assert!(merged.missing.contains_key("c") && !merged.missing.contains_key("b"));
     }
 
     #[test]

@@ -68,7 +68,9 @@ fn only_frees_space(ops: &[ObjOp]) -> bool {
 impl Pg {
     /// A client op routed to this PG (its epoch and placement checked).
     pub(crate) fn client_op(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
-        if self.role != super::Role::Primary {
+        if self.role != super::Role::Primary || !self.owns(ctx, &op.op.oid) {
+            // Also an op held since before a split moved its object to a
+            // child PG: the client resends it there.
             let epoch = ctx.map.epoch;
             return reply(ctx, &op, Err(OpError::WrongPrimary { epoch }));
         }
@@ -80,6 +82,14 @@ impl Pg {
         } else {
             self.do_read(ctx, op);
         }
+    }
+
+    /// Does the object named `name` belong to this PG under the current
+    /// map?
+    fn owns(&self, ctx: &Ctx<'_>, name: &str) -> bool {
+        ctx.map
+            .pool(self.id.pool)
+            .is_some_and(|pool| ctx.map.object_pg(pool, name) == self.id)
     }
 
     /// Hold `op` until the PG serves; refuse it if too many wait.
