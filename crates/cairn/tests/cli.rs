@@ -138,6 +138,26 @@ fn every_mistake_is_one_line_and_changes_nothing() {
             &["power of two"],
         ),
         (&["pool", "create", "p", "--pg-num", "0"], &["power of two"]),
+        (
+            &["pool", "set", "rbd", "pg_num", "24"],
+            &["pg_num 24", "power of two"],
+        ),
+        (
+            &["pool", "set", "rbd", "pg_num", "8"],
+            &["smaller", "merging"],
+        ),
+        (
+            &["pool", "set", "rbd", "pg_num", "many"],
+            &["pg_num", "many"],
+        ),
+        (
+            &["pool", "set", "rbd", "colour", "blue"],
+            &["colour", "settable: pg_num"],
+        ),
+        (
+            &["pool", "set", "nopool", "pg_num", "32"],
+            &["nopool", "does not exist"],
+        ),
         (&["image", "create", "x", "--size", "1M"], &["POOL/NAME"]),
         (&["image", "create", "rbd/", "--size", "1M"], &["POOL/NAME"]),
         (&["image", "info", "a"], &["POOL/NAME"]),
