@@ -271,6 +271,9 @@ pub struct Pg {
     pub(crate) holds: bool,
     pub(crate) mapping: PgMapping,
     pub(crate) interval_since: Epoch,
+    /// Did this OSD see the interval begin at `interval_since` (maps taken
+    /// one after the other), rather than find it changed after a gap?
+    pub(crate) interval_seen_begin: bool,
     pub(crate) role: Role,
     /// Peering attempt within the interval.
     pub(crate) attempt: u32,
@@ -365,6 +368,7 @@ impl Pg {
                 pg_num: 0,
             },
             interval_since: 0,
+            interval_seen_begin: false,
             role: Role::Stray,
             attempt: 0,
             phase: Phase::Idle,
@@ -385,6 +389,15 @@ impl Pg {
             scrub_builds: HashMap::new(),
             inconsistent: Vec::new(),
         }
+    }
+
+    /// Does the object named `name` belong to this PG under the current
+    /// map? (After a split, a peer or client that has not caught up may
+    /// still name the parent.)
+    pub(crate) fn owns(&self, ctx: &Ctx<'_>, name: &str) -> bool {
+        ctx.map
+            .pool(self.id.pool)
+            .is_some_and(|pool| ctx.map.object_pg(pool, name) == self.id)
     }
 
     pub fn role(&self) -> Role {
@@ -410,14 +423,21 @@ impl Pg {
                 {
                     self.restart_peering(ctx)
                 }
+                // The monitor may have forgotten intervals strays were
+                // kept for.
+                Phase::Active
+                    if self.role == Role::Primary && !self.strays.is_empty() && self.is_clean() =>
+                {
+                    self.remove_strays(ctx)
+                }
                 _ => {}
             }
             return;
         }
-        self.new_interval(ctx, mapping);
+        self.new_interval(ctx, mapping, contiguous);
     }
 
-    fn new_interval(&mut self, ctx: &mut Ctx<'_>, mapping: PgMapping) {
+    fn new_interval(&mut self, ctx: &mut Ctx<'_>, mapping: PgMapping, seen_begin: bool) {
         let epoch = ctx.map.epoch;
         tracing::debug!(
             "osd.{} pg {}: interval at {epoch}: up {:?} acting {:?}",
@@ -428,6 +448,7 @@ impl Pg {
         );
         self.mapping = mapping;
         self.interval_since = epoch;
+        self.interval_seen_begin = seen_begin;
         self.attempt = 0;
         self.replica_act = None;
         self.role = if self.mapping.primary() == Some(ctx.me) {

@@ -84,14 +84,6 @@ impl Pg {
         }
     }
 
-    /// Does the object named `name` belong to this PG under the current
-    /// map?
-    fn owns(&self, ctx: &Ctx<'_>, name: &str) -> bool {
-        ctx.map
-            .pool(self.id.pool)
-            .is_some_and(|pool| ctx.map.object_pg(pool, name) == self.id)
-    }
-
     /// Hold `op` until the PG serves; refuse it if too many wait.
     fn hold(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
         if self.waiting_active.len() >= MAX_WAITING_OPS {

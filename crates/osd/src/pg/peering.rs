@@ -597,12 +597,29 @@ impl Pg {
     }
 
     /// Tell members outside the up and acting sets to delete their copies:
-    /// the PG is clean without them.
+    /// the PG is clean without them. A stray stays while a read-write past
+    /// interval in the map names it and no current member: a later peering
+    /// must hear from a member of that interval (the monitor forgets it
+    /// once this PG's clean report reaches it, and a new map then lets the
+    /// stray go, see `advance_map`).
     pub(crate) fn remove_strays(&mut self, ctx: &mut Ctx<'_>) {
-        for (stray, _) in std::mem::take(&mut self.strays) {
-            if !self.mapping.contains(stray) {
+        let acting = &self.mapping.acting.osds;
+        let needed = |stray: OsdId| {
+            ctx.map
+                .rw_intervals(self.id)
+                .any(|i| i.acting.contains(&stray) && !i.acting.iter().any(|o| acting.contains(o)))
+        };
+        let mut keep = BTreeMap::new();
+        for (stray, info) in std::mem::take(&mut self.strays) {
+            if self.mapping.contains(stray) {
+                continue;
+            }
+            if needed(stray) {
+                keep.insert(stray, info);
+            } else {
                 ctx.send(stray, self.id, PgBody::Remove);
             }
         }
+        self.strays = keep;
     }
 }

@@ -104,6 +104,23 @@ impl Pg {
                 format!("osd.{} does not follow osd.{from} for this PG", ctx.me),
             );
         }
+        // The primary may activate an interval this member's newer map has
+        // ended (the same primary, another acting set or a split): its
+        // writes must not land here.
+        if self.interval_seen_begin && act.epoch < self.interval_since {
+            let why = format!(
+                "activation {act} is for an ended interval (this member's began at {})",
+                self.interval_since
+            );
+            return refuse(ctx, self.id, why);
+        }
+        if auth.pg_num != self.info.pg_num {
+            let why = format!(
+                "activation {act} is from a copy split for pg_num {}, this one for {}",
+                auth.pg_num, self.info.pg_num
+            );
+            return refuse(ctx, self.id, why);
+        }
         if self.replica_act.is_some_and(|(_, a)| a > act) {
             return; // a newer activation was accepted already
         }
@@ -280,6 +297,11 @@ impl Pg {
         if version <= self.info.last_update {
             return refuse(ctx, self.id, format!("stale version {version}"));
         }
+        if !self.owns(ctx, &entry.oid) {
+            // A primary that has not split yet: the object is a child's.
+            let why = format!("object {:?} is not in pg {} any more", entry.oid, self.id);
+            return refuse(ctx, self.id, why);
+        }
         if data.is_some() && self.missing.contains_key(&entry.oid) {
             tracing::error!(
                 "pg {}: a write to {:?}, which this member is missing, reached it",
@@ -385,6 +407,15 @@ impl Pg {
     ) {
         if !self.follows(from, act) {
             let result = Err(format!("not active for osd.{from} as {act}"));
+            return ctx.send(from, self.id, PgBody::PushReply { act, tid, result });
+        }
+        let foreign = objects
+            .iter()
+            .map(|c| &c.name)
+            .chain(&removes)
+            .find(|name| !self.owns(ctx, name));
+        if let Some(name) = foreign {
+            let result = Err(format!("object {name:?} is not in pg {} any more", self.id));
             return ctx.send(from, self.id, PgBody::PushReply { act, tid, result });
         }
         let mut txn = Transaction::new();
