@@ -29,13 +29,37 @@ pub struct Done {
 /// Why a client read failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReadFailure {
-    /// Stored data failed its checksum: the copy here is bad.
-    Checksum(String),
+    /// The copy here cannot be read back (its data failed its checksum,
+    /// or the device returned a media error): it is repaired from a member.
+    Damaged(String),
     Op(OpError),
 }
 
 pub type ReadResult = Result<Vec<OpOutput>, ReadFailure>;
-pub type CopyResult = Result<Option<ObjectCopy>, String>;
+
+/// Why a whole-object copy (for recovery, backfill or a pull) failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CopyError {
+    /// This OSD's copy cannot be read back: count it missing and fetch it.
+    #[error("{0}")]
+    Damaged(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for CopyError {
+    fn from(why: String) -> Self {
+        CopyError::Failed(why)
+    }
+}
+
+pub type CopyResult = Result<Option<ObjectCopy>, CopyError>;
+
+/// A stored copy that cannot be read back, as opposed to a failed request:
+/// a checksum mismatch or a device read error.
+pub fn is_damage(e: &StoreError) -> bool {
+    matches!(e, StoreError::Checksum { .. } | StoreError::Io(_))
+}
 
 pub trait OsdIo {
     fn store(&self) -> &dyn ObjectStore;
@@ -117,9 +141,10 @@ pub async fn execute_reads(store: &dyn ObjectStore, oid: &ObjectId, ops: &[ObjOp
 }
 
 fn read_failure(e: StoreError) -> ReadFailure {
-    match e {
-        StoreError::Checksum { .. } => ReadFailure::Checksum(e.to_string()),
-        other => ReadFailure::Op(store_error(other)),
+    if is_damage(&e) {
+        ReadFailure::Damaged(e.to_string())
+    } else {
+        ReadFailure::Op(store_error(e))
     }
 }
 
@@ -138,11 +163,17 @@ pub async fn copy_object(store: &dyn ObjectStore, oid: &ObjectId) -> CopyResult 
     let size = match store.stat(oid) {
         Ok(stat) => stat.size,
         Err(StoreError::NotFound(_)) => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(CopyError::Failed(e.to_string())),
     };
     let version = persist::object_version(store, oid)?
         .ok_or_else(|| format!("object {oid} vanished while being copied"))?;
-    let data = store.read(oid, 0, size).await.map_err(|e| e.to_string())?;
+    let data = store.read(oid, 0, size).await.map_err(|e| {
+        if is_damage(&e) {
+            CopyError::Damaged(e.to_string())
+        } else {
+            CopyError::Failed(e.to_string())
+        }
+    })?;
     let attrs = store
         .get_attrs(oid)
         .map_err(|e| e.to_string())?

@@ -383,11 +383,19 @@ impl Sim {
 
     /// Rot `client`'s object `obj` on `osd`'s disk.
     pub fn corrupt(&mut self, osd: OsdId, client: usize, obj: usize) {
+        self.damage(osd, client, obj, store::Damage::Rot);
+    }
+
+    /// Damage `client`'s object `obj` on `osd`'s disk.
+    pub fn damage(&mut self, osd: OsdId, client: usize, obj: usize, damage: store::Damage) {
         let oid = self.object_id(client, obj);
         self.log
-            .push(format!("{:?} rot {oid} on osd.{osd}", self.now));
+            .push(format!("{:?} {damage:?} {oid} on osd.{osd}", self.now));
         if let Some(o) = self.osds.get_mut(&osd) {
-            o.store.corrupt(oid);
+            match damage {
+                store::Damage::Rot => o.store.corrupt(oid),
+                store::Damage::MediaError => o.store.media_error(oid),
+            }
         }
     }
 

@@ -166,8 +166,9 @@ impl Sim {
         }
     }
 
-    /// Rot one acting member's copy of a random acknowledged object (one
-    /// copy per object at most, so a good copy always exists).
+    /// Rot one acting member's copy of a random acknowledged object, or
+    /// put a media error under it (one copy per object at most, so a good
+    /// copy always exists).
     fn rot_a_copy(&mut self) {
         let clients = self.clients.len();
         let c = self.rng().gen_range(0..clients);
@@ -189,7 +190,12 @@ impl Sim {
             return;
         }
         let member = acting[self.rng().gen_range(0..acting.len())];
-        self.corrupt(member, c, obj);
+        let damage = if self.rng().gen_bool(0.5) {
+            crate::store::Damage::Rot
+        } else {
+            crate::store::Damage::MediaError
+        };
+        self.damage(member, c, obj, damage);
     }
 
     /// Deep-scrub and repair every PG, one after the other, and wait for

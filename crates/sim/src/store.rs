@@ -12,7 +12,7 @@
 //! OSD's heartbeats tell the monitor how full it is (the store itself
 //! never refuses a write: the full ratios must stop writes first).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 use cairn_store::memstore::MemStore;
@@ -29,8 +29,8 @@ pub struct SimStore {
     durable: Vec<Transaction>,
     pending: VecDeque<(u64, Transaction)>,
     next_seq: u64,
-    /// Object copies whose data fails its checksum.
-    corrupt: BTreeSet<ObjectId>,
+    /// Object copies that cannot be read back, and how they fail.
+    corrupt: BTreeMap<ObjectId, Damage>,
     /// The total `statfs` reports (`None`: unlimited).
     capacity: Option<u64>,
 }
@@ -41,6 +41,15 @@ impl Default for SimStore {
     }
 }
 
+/// How a damaged copy fails when read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Damage {
+    /// Bit rot: the data fails its checksum.
+    Rot,
+    /// The device returns EIO.
+    MediaError,
+}
+
 impl SimStore {
     pub fn new() -> Self {
         SimStore {
@@ -48,7 +57,7 @@ impl SimStore {
             durable: Vec::new(),
             pending: VecDeque::new(),
             next_seq: 0,
-            corrupt: BTreeSet::new(),
+            corrupt: BTreeMap::new(),
             capacity: None,
         }
     }
@@ -73,25 +82,26 @@ impl SimStore {
                 TxOp::Remove { oid } | TxOp::Truncate { oid, size: 0 } => {
                     self.corrupt.remove(oid);
                 }
-                TxOp::RemoveCollection { coll } => self.corrupt.retain(|o| o.coll != *coll),
+                TxOp::RemoveCollection { coll } => self.corrupt.retain(|o, _| o.coll != *coll),
                 // The rot goes with the object.
                 TxOp::Move { from, to } => {
                     self.corrupt.remove(to);
-                    if self.corrupt.remove(from) {
-                        self.corrupt.insert(to.clone());
+                    if let Some(damage) = self.corrupt.remove(from) {
+                        self.corrupt.insert(to.clone(), damage);
                     }
                 }
                 TxOp::SplitCollection { coll, pg_num } => {
                     let moving: Vec<ObjectId> = self
                         .corrupt
-                        .iter()
+                        .keys()
                         .filter(|o| o.coll == *coll)
                         .cloned()
                         .collect();
                     for oid in moving {
                         if let Some(dest) = split_destination(*coll, *pg_num, &oid.name) {
-                            self.corrupt.remove(&oid);
-                            self.corrupt.insert(ObjectId::new(dest, oid.name));
+                            if let Some(damage) = self.corrupt.remove(&oid) {
+                                self.corrupt.insert(ObjectId::new(dest, oid.name), damage);
+                            }
                         }
                     }
                 }
@@ -127,11 +137,17 @@ impl SimStore {
 
     /// Bit rot in one object's copy.
     pub fn corrupt(&mut self, oid: ObjectId) {
-        self.corrupt.insert(oid);
+        self.corrupt.insert(oid, Damage::Rot);
+    }
+
+    /// A media error under one object's copy: reads of it fail with EIO
+    /// until it is rewritten.
+    pub fn media_error(&mut self, oid: ObjectId) {
+        self.corrupt.insert(oid, Damage::MediaError);
     }
 
     pub fn is_corrupt(&self, oid: &ObjectId) -> bool {
-        self.corrupt.contains(oid)
+        self.corrupt.contains_key(oid)
     }
 
     /// Every client object of `coll` with its data and version, for
@@ -178,11 +194,16 @@ impl ObjectStore for SimStore {
     }
 
     fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>> {
-        if self.corrupt.contains(oid) {
-            let err = StoreError::Checksum {
-                oid: oid.clone(),
-                offset,
-                device_offset: 0,
+        if let Some(damage) = self.corrupt.get(oid) {
+            let err = match damage {
+                Damage::Rot => StoreError::Checksum {
+                    oid: oid.clone(),
+                    offset,
+                    device_offset: 0,
+                },
+                Damage::MediaError => StoreError::Io(std::io::Error::other(format!(
+                    "simulated media error reading {oid}"
+                ))),
             };
             return Box::pin(async move { Err(err) });
         }

@@ -1,5 +1,5 @@
 //! Random runs of the whole cluster under faults, one per seed. Set
-//! `CAIRN_SIM_SEEDS=N` for more seeds (default 40 per test), and
+//! `CAIRN_SIM_SEEDS=N` for more seeds (default 200 and 100), and
 //! `CAIRN_SIM_SEED=S` to replay one.
 
 use cairn_osd::PlantedBug;
@@ -55,12 +55,12 @@ fn run_all(name: &str, first: u64, default: u64, mut cfg: impl FnMut(u64) -> Sim
 
 #[test]
 fn random_faults_lose_no_acknowledged_write() {
-    run_all("default", 1, 40, SimConfig::new);
+    run_all("default", 1, 200, SimConfig::new);
 }
 
 #[test]
 fn random_faults_with_a_short_log_backfill_and_lose_nothing() {
-    run_all("short log", 10_001, 25, |seed| SimConfig {
+    run_all("short log", 10_001, 100, |seed| SimConfig {
         pg_log_max_entries: 4,
         osds: 6,
         pg_num: 16,

@@ -25,7 +25,7 @@ use cairn_wire::{ActId, Backfill, ObjectCopy, PgBody};
 use super::recovery::Push;
 use super::replica::scan;
 use super::{CopyPurpose, Ctx, Pg, Phase, Wait};
-use crate::io::{CopyResult, Done};
+use crate::io::{CopyError, CopyResult, Done};
 
 /// Objects per backfill batch.
 pub const BACKFILL_BATCH: usize = 64;
@@ -396,7 +396,7 @@ impl Pg {
         match result {
             Ok(Some(copy)) => step.copies.push(copy),
             Ok(None) => step.removes.push(oid),
-            Err(e) if e.contains("checksum") => {
+            Err(CopyError::Damaged(e)) => {
                 // Repair this copy first; the batch starts over after.
                 if let Some(t) = self
                     .primary

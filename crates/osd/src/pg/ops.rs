@@ -261,7 +261,7 @@ impl Pg {
         let result = match result {
             Ok(outputs) => Ok(outputs),
             Err(ReadFailure::Op(e)) => Err(e),
-            Err(ReadFailure::Checksum(what)) => {
+            Err(ReadFailure::Damaged(what)) => {
                 if self.primary.as_ref().map(|p| p.act) == Some(act) {
                     return self.read_repair(ctx, op, what);
                 }

@@ -20,7 +20,7 @@ use super::log::Missing;
 use super::persist;
 use super::replica::install_copy;
 use super::{reply, ClientOp, CopyPurpose, Ctx, PeerState, Pg, Phase, PrimaryState, Wait};
-use crate::io::{CopyResult, Done};
+use crate::io::{CopyError, CopyResult, Done};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Unfound {
@@ -395,8 +395,8 @@ impl Pg {
             Err(e) => {
                 primary.recovering.remove(&oid);
                 ctx.slots.release(self.id, ctx.io.now());
-                if e.contains("checksum") {
-                    return self.mark_damaged(ctx, &oid, &e);
+                if let CopyError::Damaged(e) = &e {
+                    return self.mark_damaged(ctx, &oid, e);
                 }
                 return self.retry_later(ctx, format!("cannot read {oid:?} to recover it: {e}"));
             }

@@ -528,7 +528,7 @@ impl Pg {
                 answer.error = Some(format!("holds {name:?} at {} not {version}", copy.version))
             }
             Ok(None) => answer.error = Some(format!("does not hold {name:?}")),
-            Err(e) => answer.error = Some(e),
+            Err(e) => answer.error = Some(e.to_string()),
         }
         if answer.pending > 0 {
             return;

@@ -379,7 +379,7 @@ impl Pg {
                 ..build.entries[index].clone()
             },
             Err(e) => ScrubEntry {
-                error: Some(e),
+                error: Some(e.to_string()),
                 ..build.entries[index].clone()
             },
         };
