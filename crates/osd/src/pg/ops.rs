@@ -68,9 +68,7 @@ fn only_frees_space(ops: &[ObjOp]) -> bool {
 impl Pg {
     /// A client op routed to this PG (its epoch and placement checked).
     pub(crate) fn client_op(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
-        if self.role != super::Role::Primary || !self.owns(ctx, &op.op.oid) {
-            // Also an op held since before a split moved its object to a
-            // child PG: the client resends it there.
+        if self.role != super::Role::Primary {
             let epoch = ctx.map.epoch;
             return reply(ctx, &op, Err(OpError::WrongPrimary { epoch }));
         }
@@ -211,11 +209,22 @@ impl Pg {
         None
     }
 
+    /// Run an op held in this PG again. The core checked its placement on
+    /// arrival; a split since may have moved its object to a child PG, and
+    /// then the client resends it there.
+    fn replay_op(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        if !self.owns(ctx, &op.op.oid) {
+            let epoch = ctx.map.epoch;
+            return reply(ctx, &op, Err(OpError::WrongPrimary { epoch }));
+        }
+        self.client_op(ctx, op);
+    }
+
     /// Run every op held while the PG did not serve.
     pub(crate) fn release_waiting(&mut self, ctx: &mut Ctx<'_>) {
         let waiting: Vec<ClientOp> = self.waiting_active.drain(..).collect();
         for op in waiting {
-            self.client_op(ctx, op);
+            self.replay_op(ctx, op);
         }
     }
 
@@ -235,7 +244,7 @@ impl Pg {
             None => return,
         };
         for op in waiting {
-            self.client_op(ctx, op);
+            self.replay_op(ctx, op);
         }
     }
 
