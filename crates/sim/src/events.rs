@@ -143,12 +143,16 @@ impl OsdIo for SimIo<'_> {
     }
 
     fn read(&mut self, oid: ObjectId, ops: Vec<ObjOp>, done: Done) {
-        let result = ready(execute_reads(&*self.store, &oid, &ops));
+        let result = self
+            .store
+            .reading_committed(|store| ready(execute_reads(store, &oid, &ops)));
         self.effects.push(Effect::Read(done, result));
     }
 
     fn read_object(&mut self, oid: ObjectId, done: Done) {
-        let result = ready(copy_object(&*self.store, &oid));
+        let result = self
+            .store
+            .reading_committed(|store| ready(copy_object(store, &oid)));
         self.effects.push(Effect::Copy(done, result));
     }
 

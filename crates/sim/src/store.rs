@@ -1,6 +1,12 @@
 //! A simulated disk under an OSD: an in-memory store whose transactions
 //! become durable only when the simulation says their commit completed.
 //!
+//! Reads follow the store contract at its most adversarial: the core's
+//! synchronous calls see every transaction submitted, but an asynchronous
+//! read (a client read, a copy for recovery, backfill or scrub), which the
+//! daemon runs as a separate task, sees only committed transactions
+//! ([`SimStore::reading_committed`]). The contract allows both.
+//!
 //! Fault model: a crash drops every transaction not yet durable (the
 //! store comes back as the durable ones left it); bit rot makes reads of
 //! one object's copy fail their checksum until the copy is rewritten whole
@@ -13,6 +19,7 @@
 //! never refuses a write: the full ratios must stop writes first).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use cairn_store::memstore::MemStore;
@@ -26,6 +33,10 @@ pub type Snapshot = BTreeMap<String, (Vec<u8>, Vec<u8>)>;
 
 pub struct SimStore {
     visible: MemStore,
+    /// The state as of the durable transactions only.
+    committed: MemStore,
+    /// Reads go to `committed` (set around an asynchronous read).
+    read_committed: AtomicBool,
     durable: Vec<Transaction>,
     pending: VecDeque<(u64, Transaction)>,
     next_seq: u64,
@@ -54,6 +65,8 @@ impl SimStore {
     pub fn new() -> Self {
         SimStore {
             visible: MemStore::new(),
+            committed: MemStore::new(),
+            read_committed: AtomicBool::new(false),
             durable: Vec::new(),
             pending: VecDeque::new(),
             next_seq: 0,
@@ -118,6 +131,9 @@ impl SimStore {
     pub fn make_durable(&mut self, seq: u64) {
         while self.pending.front().is_some_and(|(s, _)| *s <= seq) {
             if let Some((_, txn)) = self.pending.pop_front() {
+                if let Err(e) = self.committed.submit(txn.clone()) {
+                    panic!("applying a durable transaction to the committed view failed: {e}");
+                }
                 self.durable.push(txn);
             }
         }
@@ -132,6 +148,24 @@ impl SimStore {
             if let Err(e) = self.visible.submit(txn.clone()) {
                 panic!("replaying a durable transaction failed: {e}");
             }
+        }
+    }
+
+    /// Run `f` with object reads seeing only committed transactions, as
+    /// an asynchronous read may in the daemon.
+    pub fn reading_committed<T>(&self, f: impl FnOnce(&Self) -> T) -> T {
+        self.read_committed.store(true, Ordering::Relaxed);
+        let out = f(self);
+        self.read_committed.store(false, Ordering::Relaxed);
+        out
+    }
+
+    /// What object reads see now.
+    fn view(&self) -> &MemStore {
+        if self.read_committed.load(Ordering::Relaxed) {
+            &self.committed
+        } else {
+            &self.visible
         }
     }
 
@@ -207,23 +241,23 @@ impl ObjectStore for SimStore {
             };
             return Box::pin(async move { Err(err) });
         }
-        self.visible.read(oid, offset, len)
+        self.view().read(oid, offset, len)
     }
 
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat> {
-        self.visible.stat(oid)
+        self.view().stat(oid)
     }
 
     fn get_attr(&self, oid: &ObjectId, key: &str) -> Result<Option<Vec<u8>>> {
-        self.visible.get_attr(oid, key)
+        self.view().get_attr(oid, key)
     }
 
     fn get_attrs(&self, oid: &ObjectId) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.visible.get_attrs(oid)
+        self.view().get_attrs(oid)
     }
 
     fn omap_get(&self, oid: &ObjectId, keys: &[String]) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.visible.omap_get(oid, keys)
+        self.view().omap_get(oid, keys)
     }
 
     fn omap_list(
@@ -232,7 +266,7 @@ impl ObjectStore for SimStore {
         start_after: Option<&str>,
         max: usize,
     ) -> Result<Vec<(String, Vec<u8>)>> {
-        self.visible.omap_list(oid, start_after, max)
+        self.view().omap_list(oid, start_after, max)
     }
 
     fn list_objects(&self, coll: Collection) -> Result<Vec<String>> {
@@ -290,5 +324,25 @@ mod tests {
         txn.remove(&oid("a"));
         store.apply(txn).unwrap();
         assert!(!store.is_corrupt(&oid("a")));
+    }
+
+    #[test]
+    fn asynchronous_reads_see_only_committed_transactions() {
+        let oid = ObjectId::new(PgId::new(1, 0), "a");
+        let mut store = SimStore::new();
+        let mut txn = Transaction::new();
+        txn.write(&oid, 0, Bytes::from_static(b"old"));
+        let first = store.apply(txn).unwrap();
+        store.make_durable(first);
+        let mut txn = Transaction::new();
+        txn.write(&oid, 0, Bytes::from_static(b"new"));
+        let second = store.apply(txn).unwrap();
+        let read = |s: &SimStore| poll_now(s.read(&oid, 0, 3)).unwrap();
+        assert_eq!(&read(&store)[..], b"new", "the core sees what it submitted");
+        let seen = store.reading_committed(read);
+        assert_eq!(&seen[..], b"old", "an asynchronous read may not");
+        assert_eq!(&read(&store)[..], b"new", "the view is restored after");
+        store.make_durable(second);
+        assert_eq!(&store.reading_committed(read)[..], b"new");
     }
 }

@@ -477,7 +477,17 @@ impl Pg {
             if obj.pending_writes == 0 {
                 obj.version = None;
                 self.wake_object(ctx, &inflight.oid);
-                self.kick_backfill(ctx);
+                // Recovery of an object waits for writes in flight on it.
+                let wanted = self.primary.as_ref().is_some_and(|p| {
+                    p.peers
+                        .values()
+                        .any(|peer| peer.missing.contains_key(&inflight.oid))
+                });
+                if wanted {
+                    self.kick_recovery(ctx);
+                } else {
+                    self.kick_backfill(ctx);
+                }
                 self.maybe_scrub(ctx);
             }
         }

@@ -40,7 +40,11 @@ pub(crate) struct Pull {
 /// What a push in flight is part of.
 #[derive(Debug)]
 pub(crate) enum Push {
-    Recovery { oid: String },
+    /// `oid` at `version` (`None`: a removal).
+    Recovery {
+        oid: String,
+        version: Option<Version>,
+    },
     Backfill,
 }
 
@@ -117,12 +121,22 @@ impl Pg {
     }
 
     /// Objects in `missing` to recover, those clients wait for first.
+    /// An object under writes in flight waits for them: a copy read now
+    /// might not see them (the store promises reads see a transaction
+    /// only once it commits), and pushing it would mark an older copy
+    /// recovered. The last write's completion kicks recovery again.
     fn recovery_order(&self, missing: impl Iterator<Item = String>) -> Vec<String> {
         let Some(primary) = self.primary.as_ref() else {
             return Vec::new();
         };
-        let busy =
-            |oid: &str| primary.recovering.contains(oid) || primary.unfound.contains_key(oid);
+        let busy = |oid: &str| {
+            primary.recovering.contains(oid)
+                || primary.unfound.contains_key(oid)
+                || primary
+                    .objects
+                    .get(oid)
+                    .is_some_and(|o| o.pending_writes > 0)
+        };
         let all: Vec<String> = missing.filter(|o| !busy(o)).collect();
         let mut order: Vec<String> = primary
             .urgent
@@ -401,12 +415,30 @@ impl Pg {
                 return self.retry_later(ctx, format!("cannot read {oid:?} to recover it: {e}"));
             }
         };
+        let version = copy.as_ref().map(|c| c.version);
         let targets: Vec<OsdId> = primary
             .peers
             .iter()
             .filter(|(_, p)| p.missing.contains_key(&oid))
             .map(|(&o, _)| o)
             .collect();
+        // Writes to an object being recovered wait, and recovery waits for
+        // writes in flight: the copy is at least what every member needs.
+        let stale = primary.peers.iter().find_map(|(o, p)| {
+            let need = *p.missing.get(&oid)?;
+            version.filter(|&v| v < need).map(|v| (*o, v, need))
+        });
+        if let Some((osd, v, need)) = stale {
+            debug_assert!(
+                false,
+                "pg {}: read {oid:?} at {v} to push, osd.{osd} needs {need}",
+                self.id
+            );
+            primary.recovering.remove(&oid);
+            ctx.slots.release(self.id, ctx.io.now());
+            let why = format!("read {oid:?} at {v} to recover it, but osd.{osd} needs {need}");
+            return self.retry_later(ctx, why);
+        }
         for &target in &targets {
             let tid = ctx.id();
             let (objects, removes) = match &copy {
@@ -424,9 +456,13 @@ impl Pg {
                     backfill_upto: None,
                 },
             );
-            primary
-                .pushes
-                .insert(tid, Push::Recovery { oid: oid.clone() });
+            primary.pushes.insert(
+                tid,
+                Push::Recovery {
+                    oid: oid.clone(),
+                    version,
+                },
+            );
         }
         self.counters.recovery_bytes += copy
             .as_ref()
@@ -459,12 +495,21 @@ impl Pg {
         if let Err(e) = result {
             return self.retry_later(ctx, format!("osd.{from} refused a push: {e}"));
         }
-        let oid = match push {
+        let (oid, version) = match push {
             Push::Backfill => return self.backfill_push_acked(ctx, from, tid),
-            Push::Recovery { oid } => oid,
+            Push::Recovery { oid, version } => (oid, version),
         };
         if let Some(peer) = primary.peers.get_mut(&from) {
-            peer.missing.remove(&oid);
+            // A write since the push was read leaves it missing at that
+            // write's version (never the case while writes wait for
+            // recovery; checked all the same).
+            let covered = match (peer.missing.get(&oid), version) {
+                (Some(&need), Some(v)) => v >= need,
+                _ => true,
+            };
+            if covered {
+                peer.missing.remove(&oid);
+            }
         }
         self.counters.recovered_objects += 1;
         let left = primary.push_waiting.get_mut(&oid).map(|n| {

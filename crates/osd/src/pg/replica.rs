@@ -418,6 +418,20 @@ impl Pg {
             let result = Err(format!("object {name:?} is not in pg {} any more", self.id));
             return ctx.send(from, self.id, PgBody::PushReply { act, tid, result });
         }
+        // A copy older than the version this member needs would be taken
+        // as recovered: refused (the primary's bug, never to be stored).
+        let stale = objects.iter().find_map(|c| {
+            let need = *self.missing.get(&c.name)?;
+            (c.version < need).then(|| (c.name.clone(), c.version, need))
+        });
+        if let Some((name, v, need)) = stale {
+            tracing::error!(
+                "pg {}: osd.{from} pushed {name:?} at {v}, older than the {need} needed here",
+                self.id
+            );
+            let result = Err(format!("{name:?} pushed at {v}, but {need} is needed"));
+            return ctx.send(from, self.id, PgBody::PushReply { act, tid, result });
+        }
         let mut txn = Transaction::new();
         let mut done = Vec::with_capacity(objects.len() + removes.len());
         for copy in objects {
