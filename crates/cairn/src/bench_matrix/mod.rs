@@ -314,7 +314,9 @@ fn measure(
                 return None;
             }
             let start = cluster.cpu_seconds();
-            if !nap(runtime) {
+            // The workload may end a little before this thread wakes (it
+            // runs ramp + runtime too): its end is then the window's end.
+            if !nap(runtime) && INTERRUPTED.load(Ordering::Relaxed) {
                 return None;
             }
             Some(cpu_between(&start, &cluster.cpu_seconds()))
