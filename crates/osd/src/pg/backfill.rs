@@ -114,8 +114,9 @@ impl BackfillTarget {
     }
 
     /// Is `name` in the batch whose copies are on their way? A write to
-    /// it goes on, to the target in full: it arrives after the copy.
-    pub fn copy_sent(&self, name: &str) -> bool {
+    /// it goes on: the target gets the entry only, after the older copy,
+    /// and misses the object at that write's version.
+    pub fn overtakes(&self, name: &str) -> bool {
         self.in_batch(name)
             && self
                 .step

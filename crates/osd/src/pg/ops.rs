@@ -340,16 +340,12 @@ impl Pg {
         self.finish_append(entry.clone(), trim);
         let primary = self.primary.as_mut().expect("checked above");
         let mut waiting_on = BTreeSet::new();
-        let pushing = primary.pushing.contains(&entry.oid);
         for (&peer, state) in primary.peers.iter_mut() {
-            let missing = state.missing.contains_key(&entry.oid);
-            let backfill = primary.backfill.get(&peer);
-            // A copy of the object is on its way to this member (messages
-            // to a member arrive in order): the write goes after it, in
-            // full, and the member applies it to that copy.
-            let copy_sent =
-                (pushing && missing) || backfill.is_some_and(|b| b.copy_sent(&entry.oid));
-            let lacks = missing && !copy_sent;
+            let lacks = state.missing.contains_key(&entry.oid)
+                || primary
+                    .backfill
+                    .get(&peer)
+                    .is_some_and(|b| b.overtakes(&entry.oid));
             if lacks {
                 // It gets the entry only; recovery brings the object at
                 // this version (or nothing, if removed: it removes its copy).
@@ -362,7 +358,11 @@ impl Pg {
                     }
                 }
             }
-            let covered = copy_sent || (!lacks && backfill.is_none_or(|b| b.covers(&entry.oid)));
+            let covered = !lacks
+                && primary
+                    .backfill
+                    .get(&peer)
+                    .is_none_or(|b| b.covers(&entry.oid));
             ctx.io.send(
                 peer,
                 cairn_wire::PgMessage {

@@ -62,6 +62,7 @@ impl PrimaryState {
             objects: BTreeMap::new(),
             recovering: HashSet::new(),
             pushing: HashSet::new(),
+            overtaken: HashSet::new(),
             unfound: BTreeMap::new(),
             urgent: VecDeque::new(),
             backfill: backfill
@@ -477,9 +478,12 @@ impl Pg {
         } else {
             primary.push_waiting.insert(oid.clone(), targets.len());
             // The copy is read and on its way: writes need not wait for it
-            // to land (only the read had to see them all); they follow it.
-            primary.pushing.insert(oid.clone());
-            self.wake_object(ctx, &oid);
+            // to land (only the read had to see them all). Removals and
+            // objects a write overtook before keep writes waiting.
+            if version.is_some() && !primary.overtaken.contains(&oid) {
+                primary.pushing.insert(oid.clone());
+                self.wake_object(ctx, &oid);
+            }
         }
     }
 
@@ -505,8 +509,8 @@ impl Pg {
             Push::Recovery { oid, version } => (oid, version),
         };
         if let Some(peer) = primary.peers.get_mut(&from) {
-            // Writes since the copy was read followed it in full, so it
-            // covers what the member needs (checked all the same).
+            // A write since the push was read leaves the member missing the
+            // object at that write's version.
             let covered = match (peer.missing.get(&oid), version) {
                 (Some(&need), Some(v)) => v >= need,
                 _ => true,
@@ -514,10 +518,7 @@ impl Pg {
             if covered {
                 peer.missing.remove(&oid);
             } else {
-                tracing::error!(
-                    "pg {}: osd.{from} took {oid:?} at {version:?}, short of what it needs",
-                    self.id
-                );
+                primary.overtaken.insert(oid.clone());
             }
         }
         self.counters.recovered_objects += 1;
@@ -529,6 +530,9 @@ impl Pg {
             primary.push_waiting.remove(&oid);
             primary.recovering.remove(&oid);
             primary.pushing.remove(&oid);
+            if !primary.peers.values().any(|p| p.missing.contains_key(&oid)) {
+                primary.overtaken.remove(&oid);
+            }
             primary.urgent.retain(|o| o != &oid);
             ctx.slots.release(self.id, ctx.io.now());
             self.wake_object(ctx, &oid);
