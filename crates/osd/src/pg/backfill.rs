@@ -95,33 +95,12 @@ impl BackfillTarget {
         self.complete || self.done_upto.as_deref().is_some_and(|d| name <= d)
     }
 
-    /// Is `name` in the batch being copied?
-    fn in_batch(&self, name: &str) -> bool {
+    /// Is `name` in the batch being copied (so writes to it wait)?
+    pub fn blocks(&self, name: &str) -> bool {
         let Some(step) = &self.step else {
             return false;
         };
         !self.covers(name) && step.upto.as_deref().is_none_or(|u| name <= u)
-    }
-
-    /// Is `name` in the batch being scanned or read (so writes to it
-    /// wait: the copies must hold every write before them)?
-    pub fn blocks(&self, name: &str) -> bool {
-        self.in_batch(name)
-            && self
-                .step
-                .as_ref()
-                .is_some_and(|s| s.stage != Stage::Pushing)
-    }
-
-    /// Is `name` in the batch whose copies are on their way? A write to
-    /// it goes on: the target gets the entry only, after the older copy,
-    /// and misses the object at that write's version.
-    pub fn overtakes(&self, name: &str) -> bool {
-        self.in_batch(name)
-            && self
-                .step
-                .as_ref()
-                .is_some_and(|s| s.stage == Stage::Pushing)
     }
 
     fn in_range(&self, name: &str, upto: Option<&str>) -> bool {
@@ -498,24 +477,6 @@ impl Pg {
             step.pushes.push(tid);
             primary.pushes.insert(tid, Push::Backfill);
         }
-        // The copies are read and sent: writes held for the batch go on.
-        self.wake_held(ctx);
-    }
-
-    /// Run again every op held on an object.
-    fn wake_held(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(primary) = self.primary.as_ref() else {
-            return;
-        };
-        let held: Vec<String> = primary
-            .objects
-            .iter()
-            .filter(|(_, o)| !o.waiting.is_empty())
-            .map(|(n, _)| n.clone())
-            .collect();
-        for oid in held {
-            self.wake_object(ctx, &oid);
-        }
     }
 
     pub(crate) fn backfill_push_acked(&mut self, ctx: &mut Ctx<'_>, from: OsdId, tid: u64) {
@@ -555,7 +516,15 @@ impl Pg {
             };
         }
         // Writes held for this batch may go now.
-        self.wake_held(ctx);
+        let held: Vec<String> = primary
+            .objects
+            .iter()
+            .filter(|(_, o)| !o.waiting.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for oid in held {
+            self.wake_object(ctx, &oid);
+        }
         self.kick_backfill(ctx);
     }
 

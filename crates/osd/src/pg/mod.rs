@@ -217,13 +217,6 @@ pub(crate) struct PrimaryState {
     pub objects: BTreeMap<String, ObjState>,
     /// Objects with a recovery operation in flight.
     pub recovering: HashSet<String>,
-    /// Of those, objects whose copy was read and pushed: writes to them no
-    /// longer wait (members still missing them get the log entry only,
-    /// and the push, sent first, falls short and is made again).
-    pub pushing: HashSet<String>,
-    /// Objects whose last push a write overtook: the next push holds
-    /// writes until it lands, so a busy object's recovery still ends.
-    pub overtaken: HashSet<String>,
     /// Objects no reachable member holds at the needed version.
     pub unfound: BTreeMap<String, recovery::Unfound>,
     /// Objects clients wait for: recovered first.

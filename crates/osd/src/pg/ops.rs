@@ -136,7 +136,7 @@ impl Pg {
         // A write to an object some members miss goes ahead (they get the
         // log entry only, and recovery brings them the newer object) as
         // long as at least min_size acting members hold it; otherwise, and
-        // while the object is read to be copied, it waits for recovery.
+        // while the object is being copied, it waits for recovery.
         let lacking = primary
             .peers
             .iter()
@@ -144,7 +144,7 @@ impl Pg {
             .count();
         let holding = self.mapping.acting.osds.len() - lacking;
         let degraded = is_write
-            && ((primary.recovering.contains(&oid) && !primary.pushing.contains(&oid))
+            && (primary.recovering.contains(&oid)
                 || (lacking > 0 && (holding as u32) < self.mapping.min_size)
                 || primary.backfill.values().any(|b| b.blocks(&oid)));
         if missing_here || degraded {
@@ -341,11 +341,7 @@ impl Pg {
         let primary = self.primary.as_mut().expect("checked above");
         let mut waiting_on = BTreeSet::new();
         for (&peer, state) in primary.peers.iter_mut() {
-            let lacks = state.missing.contains_key(&entry.oid)
-                || primary
-                    .backfill
-                    .get(&peer)
-                    .is_some_and(|b| b.overtakes(&entry.oid));
+            let lacks = state.missing.contains_key(&entry.oid);
             if lacks {
                 // It gets the entry only; recovery brings the object at
                 // this version (or nothing, if removed: it removes its copy).

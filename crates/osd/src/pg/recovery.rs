@@ -61,8 +61,6 @@ impl PrimaryState {
             inflight: BTreeMap::new(),
             objects: BTreeMap::new(),
             recovering: HashSet::new(),
-            pushing: HashSet::new(),
-            overtaken: HashSet::new(),
             unfound: BTreeMap::new(),
             urgent: VecDeque::new(),
             backfill: backfill
@@ -476,14 +474,7 @@ impl Pg {
             ctx.slots.release(self.id, ctx.io.now());
             self.kick_recovery(ctx);
         } else {
-            primary.push_waiting.insert(oid.clone(), targets.len());
-            // The copy is read and on its way: writes need not wait for it
-            // to land (only the read had to see them all). Removals and
-            // objects a write overtook before keep writes waiting.
-            if version.is_some() && !primary.overtaken.contains(&oid) {
-                primary.pushing.insert(oid.clone());
-                self.wake_object(ctx, &oid);
-            }
+            primary.push_waiting.insert(oid, targets.len());
         }
     }
 
@@ -509,16 +500,15 @@ impl Pg {
             Push::Recovery { oid, version } => (oid, version),
         };
         if let Some(peer) = primary.peers.get_mut(&from) {
-            // A write since the push was read leaves the member missing the
-            // object at that write's version.
+            // A write since the push was read leaves it missing at that
+            // write's version (never the case while writes wait for
+            // recovery; checked all the same).
             let covered = match (peer.missing.get(&oid), version) {
                 (Some(&need), Some(v)) => v >= need,
                 _ => true,
             };
             if covered {
                 peer.missing.remove(&oid);
-            } else {
-                primary.overtaken.insert(oid.clone());
             }
         }
         self.counters.recovered_objects += 1;
@@ -529,10 +519,6 @@ impl Pg {
         if left == Some(0) {
             primary.push_waiting.remove(&oid);
             primary.recovering.remove(&oid);
-            primary.pushing.remove(&oid);
-            if !primary.peers.values().any(|p| p.missing.contains_key(&oid)) {
-                primary.overtaken.remove(&oid);
-            }
             primary.urgent.retain(|o| o != &oid);
             ctx.slots.release(self.id, ctx.io.now());
             self.wake_object(ctx, &oid);

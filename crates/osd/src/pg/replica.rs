@@ -73,15 +73,6 @@ impl Pg {
         }
     }
 
-    /// Does this member hold `name` as far as backfill goes (every object,
-    /// unless it is being backfilled and `name` lies beyond its progress)?
-    fn backfill_covers(&self, name: &str) -> bool {
-        match &self.info.backfill {
-            Backfill::Complete => true,
-            Backfill::Partial { done_upto } => done_upto.as_deref().is_some_and(|d| name <= d),
-        }
-    }
-
     /// Is `from`, activating as `act`, the primary this member follows?
     fn follows(&self, from: OsdId, act: ActId) -> bool {
         self.replica_act == Some((from, act))
@@ -323,12 +314,7 @@ impl Pg {
                 format!("object {:?} is missing here", entry.oid),
             );
         }
-        // The entry alone: this member lacks the object at this version,
-        // whether it knew it was missing it or not (a push landed here
-        // just before a write the primary sent on without waiting for it),
-        // unless the object lies beyond what backfill has brought so far.
-        let lacking = data.is_none()
-            && (self.missing.contains_key(&entry.oid) || self.backfill_covers(&entry.oid));
+        let lacking = data.is_none() && self.missing.contains_key(&entry.oid);
         let mut txn = data.unwrap_or_default();
         if lacking {
             // An object this member misses was written: it now misses the
