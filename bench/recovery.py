@@ -22,6 +22,7 @@ worst window's p99.99).
 
 Usage: python3 bench/recovery.py --mode log [--cairn target/release/cairn]
        [--down 60] [--healthy 30] [--size 1G] [--iodepth 16] [--dir DIR]
+       [--set osd.recovery_sleep_busy_ms=200 ...]
 Needs a release build. Prints one markdown table row per run, and JSON with
 --json.
 """
@@ -38,11 +39,12 @@ def run(cmd, check=True):
 
 
 class Cluster:
-    def __init__(self, cairn, path, log_entries):
+    def __init__(self, cairn, path, log_entries, settings=()):
         self.cairn, self.path = cairn, path
         shutil.rmtree(path, ignore_errors=True)
+        extra = [a for kv in settings for a in ("--set", kv)]
         run([cairn, "cluster", "up", "--osds", "3", "--dir", path, "--pg-num", "32",
-             "--set", f"osd.pg_log_max_entries={log_entries}", "--timeout", "120"])
+             "--set", f"osd.pg_log_max_entries={log_entries}", "--timeout", "120"] + extra)
         self.conf = os.path.join(path, "cairn.toml")
 
     def cli(self, *args, check=True):
@@ -94,9 +96,11 @@ def main():
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--dir", default="/tmp/cairn-recovery-bench")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a configuration setting for the cluster (repeatable)")
     args = ap.parse_args()
     log_entries = 1_000_000 if args.mode == "log" else 50
-    c = Cluster(args.cairn, args.dir, log_entries)
+    c = Cluster(args.cairn, args.dir, log_entries, args.set)
     try:
         c.cli("image", "create", "rbd/bench", "--size", args.size)
         c.cli("bench", "--image", "rbd/bench", "--rw", "write", "--bs", "1M", "--iodepth", "8",
@@ -126,7 +130,8 @@ def main():
         during = {"iops": sum(w["iops"] for w in windows) / len(windows),
                   "p9999_us": max(w["p9999_us"] for w in windows),
                   "windows": len(windows)}
-        out = {"mode": args.mode, "cairn": args.cairn, "down_s": args.down, "to_clean_s": round(to_clean, 1),
+        out = {"mode": args.mode, "cairn": args.cairn, "settings": args.set, "down_s": args.down,
+               "to_clean_s": round(to_clean, 1),
                "restarted_osd_disk_written": moved, "recovery": rec,
                "healthy": healthy, "degraded": degraded, "during_recovery": during,
                "machine": f"{platform.node()} {os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
