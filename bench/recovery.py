@@ -21,7 +21,7 @@ worst window's p99.99).
                    object compared, the changed ones copied).
 
 Usage: python3 bench/recovery.py --mode log [--cairn target/release/cairn]
-       [--down 60] [--healthy 30] [--size 1G] [--iodepth 16] [--dir DIR]
+       [--down 60] [--healthy 30] [--settle 20] [--size 1G] [--iodepth 16] [--dir DIR]
        [--set osd.recovery_sleep_busy_ms=200 ...]
 Needs a release build. Prints one markdown table row per run, and JSON with
 --json.
@@ -95,6 +95,9 @@ def main():
     ap.add_argument("--size", default="1G")
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--dir", default="/tmp/cairn-recovery-bench")
+    ap.add_argument("--settle", type=int, default=20,
+                    help="seconds to wait after writing the image, before the healthy run "
+                         "(the disk is still absorbing the fill meanwhile)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a configuration setting for the cluster (repeatable)")
@@ -105,6 +108,7 @@ def main():
         c.cli("image", "create", "rbd/bench", "--size", args.size)
         c.cli("bench", "--image", "rbd/bench", "--rw", "write", "--bs", "1M", "--iodepth", "8",
               "--runtime", "1", "--ramp", "0", "--precondition")
+        time.sleep(args.settle)
         healthy = point(c.bench(args.healthy, args.iodepth, args.size))
         os.kill(c.pid("osd.2"), signal.SIGKILL)
         c.cli("osd", "down", "2")

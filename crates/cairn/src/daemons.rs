@@ -242,6 +242,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),
             deep_scrub_interval: Duration::from_secs(osd_conf.deep_scrub_interval_s),
             max_scrubs: osd_conf.max_scrubs as usize,
+            op_complaint_time: Duration::from_millis(osd_conf.op_complaint_time_ms),
             planted_bug: None,
         },
     };

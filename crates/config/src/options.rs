@@ -398,6 +398,10 @@ section! {
         /// PGs scrubbing at once with this OSD as primary (at least 1;
         /// Ceph's `osd_max_scrubs`): the scrub load limit.
         max_scrubs: u32 = 1, check at_least_one;
+        /// A client write slower than this many milliseconds, from its
+        /// arrival at the primary to its acknowledgement, is logged with
+        /// where its time went (0: never; Ceph's `osd_op_complaint_time`).
+        op_complaint_time_ms: u64 = 1000, check any;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

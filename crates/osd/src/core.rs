@@ -47,6 +47,10 @@ pub struct CoreOptions {
     pub deep_scrub_interval: Duration,
     /// PGs scrubbing at once with this OSD as primary (`osd_max_scrubs`).
     pub max_scrubs: usize,
+    /// A client write slower than this, from its arrival here to its
+    /// acknowledgement, is logged with where its time went (zero: never;
+    /// Ceph's `osd_op_complaint_time`).
+    pub op_complaint_time: Duration,
     /// A deliberate bug, so tests can show the simulation's checker finds
     /// what it causes. Never set outside tests.
     #[doc(hidden)]
@@ -74,6 +78,7 @@ impl Default for CoreOptions {
             scrub_interval: Duration::from_secs(24 * 3600),
             deep_scrub_interval: Duration::from_secs(7 * 24 * 3600),
             max_scrubs: 1,
+            op_complaint_time: Duration::from_secs(1),
             planted_bug: None,
         }
     }
@@ -349,7 +354,15 @@ impl OsdCore {
         let tid = op.tid;
         let routed = self.with_pg(op.pg, io, |pg, ctx| {
             if pg.role() == Role::Primary {
-                pg.client_op(ctx, ClientOp { client, op });
+                let arrived = ctx.now();
+                pg.client_op(
+                    ctx,
+                    ClientOp {
+                        client,
+                        op,
+                        arrived,
+                    },
+                );
                 true
             } else {
                 false

@@ -197,6 +197,7 @@ impl Sim {
             scrub_interval: Duration::ZERO,
             deep_scrub_interval: Duration::ZERO,
             max_scrubs: 1,
+            op_complaint_time: Duration::ZERO,
             planted_bug: self.cfg.planted_bug,
         }
     }

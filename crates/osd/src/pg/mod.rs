@@ -155,6 +155,8 @@ pub(crate) enum Phase {
 pub(crate) struct ClientOp {
     pub client: ClientId,
     pub op: OsdOp,
+    /// When it reached this OSD (for slow-op reports).
+    pub arrived: Duration,
 }
 
 /// What a started store operation of this PG is for.

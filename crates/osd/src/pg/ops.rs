@@ -17,10 +17,11 @@
 //! omap key removals still run, since they are how space comes back.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use cairn_map::FullState;
 use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction, MAX_OBJECT_SIZE};
-use cairn_types::{OsdId, Version};
+use cairn_types::{OsdId, PgId, Version};
 use cairn_wire::{ActId, LogEntry, LogOp, ObjOp, OpError, OpOutput, PgBody};
 
 use super::persist::{self, VERSION_ATTR};
@@ -36,6 +37,13 @@ pub(crate) struct Inflight {
     pub outputs: usize,
     pub waiting_on: BTreeSet<OsdId>,
     pub local_done: bool,
+    /// When the first request for it reached this OSD, when it was
+    /// submitted, when the local commit and the last member's commit came
+    /// (for slow-op reports).
+    pub arrived: Duration,
+    pub submitted: Duration,
+    pub local_at: Option<Duration>,
+    pub last_ack: Option<(OsdId, Duration)>,
 }
 
 /// Does this request need the object's current state to build its
@@ -381,6 +389,10 @@ impl Pg {
                 outputs: op.op.ops.len(),
                 waiting_on,
                 local_done: false,
+                arrived: op.arrived,
+                submitted: ctx.io.now(),
+                local_at: None,
+                last_ack: None,
             },
         );
         let obj = primary.objects.entry(op.op.oid).or_default();
@@ -423,6 +435,7 @@ impl Pg {
         }
         if let Some(inflight) = primary.inflight.get_mut(&version) {
             inflight.local_done = true;
+            inflight.local_at = Some(ctx.io.now());
         }
         self.maybe_complete(ctx, version);
     }
@@ -442,7 +455,9 @@ impl Pg {
             return self.retry_later(ctx, format!("osd.{from} refused write {version}: {e}"));
         }
         if let Some(inflight) = primary.inflight.get_mut(&version) {
-            inflight.waiting_on.remove(&from);
+            if inflight.waiting_on.remove(&from) {
+                inflight.last_ack = Some((from, ctx.io.now()));
+            }
         }
         self.maybe_complete(ctx, version);
     }
@@ -462,6 +477,7 @@ impl Pg {
             return;
         };
         tracing::debug!("pg {}: {:?} written at {version}", self.id, inflight.oid);
+        report_if_slow(self.id, ctx, version, &inflight);
         for (client, tid) in inflight.clients {
             let outputs = vec![OpOutput::None; inflight.outputs];
             ctx.io.reply(
@@ -492,6 +508,37 @@ impl Pg {
             }
         }
     }
+}
+
+/// Say where a write slower than `osd_op_complaint_time` spent its time:
+/// held before it ran (peering, recovery of its object, writes ahead of
+/// it), its local commit, and the slowest member's commit.
+fn report_if_slow(pg: PgId, ctx: &Ctx<'_>, version: Version, w: &Inflight) {
+    let now = ctx.io.now();
+    let total = now.saturating_sub(w.arrived);
+    let limit = ctx.opts.op_complaint_time;
+    if limit.is_zero() || total < limit {
+        return;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let held = w.submitted.saturating_sub(w.arrived);
+    let local = w.local_at.unwrap_or(now).saturating_sub(w.submitted);
+    let member = match w.last_ack {
+        Some((osd, at)) => format!(
+            "osd.{osd} committed last after {:.0} ms",
+            ms(at.saturating_sub(w.submitted))
+        ),
+        None => "no other member".to_string(),
+    };
+    tracing::warn!(
+        "pg {}: slow write to {:?} at {version}: {:.0} ms in all; held {:.0} ms before it ran, \
+         local commit {:.0} ms, {member}",
+        pg,
+        w.oid,
+        ms(total),
+        ms(held),
+        ms(local)
+    );
 }
 
 /// Turn a request's mutations into a store transaction. Returns the
