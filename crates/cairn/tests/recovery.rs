@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cairn_client::Image;
 use cairn_volume::Volume;
-use common::nbd::{assert_fio_ok, fio, Gateway, Listen};
+use common::nbd::{assert_fio_ok, assert_reads_verify, spawn_verified_writes, Gateway, Listen};
 use common::{pattern, TestCluster};
 use serde_json::Value;
 
@@ -79,23 +79,7 @@ fn a_host_killed_under_fio_load_recovers_only_what_was_written_meanwhile() {
     let before = wait_clean(&cluster);
     // 4 KiB random writes over the first 64 MiB (16 objects), each block
     // once, verified at the end; host h2 (osd.2 and osd.3) dies meanwhile.
-    let load_uri = uri.clone();
-    let load = std::thread::spawn(move || {
-        fio(
-            &load_uri,
-            "load",
-            &[
-                "--rw=randwrite",
-                "--bs=4k",
-                "--iodepth=16",
-                "--size=64M",
-                "--verify=crc32c",
-                "--do_verify=1",
-                "--verify_fatal=1",
-                "--randrepeat=0",
-            ],
-        )
-    });
+    let load = spawn_verified_writes(&uri, "64M");
     std::thread::sleep(Duration::from_secs(2));
     cluster.kill9("osd.2");
     cluster.kill9("osd.3");
@@ -130,18 +114,7 @@ fn a_host_killed_under_fio_load_recovers_only_what_was_written_meanwhile() {
         "the log covered the outage: no backfill expected"
     );
     // Everything fio wrote reads back and verifies, through a new connection.
-    assert_fio_ok(
-        &uri,
-        "reread",
-        &[
-            "--rw=read",
-            "--bs=4k",
-            "--iodepth=16",
-            "--size=64M",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-        ],
-    );
+    assert_reads_verify(&uri, "reread", "64M");
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::nbd::{assert_fio_ok, fio, Gateway, Listen};
+use common::nbd::{assert_reads_verify, spawn_verified_writes, Gateway, Listen};
 use common::TestCluster;
 use serde_json::Value;
 
@@ -36,21 +36,6 @@ fn wait_clean(cluster: &TestCluster, total: u64) -> Value {
     }
 }
 
-fn verify_all(uri: &str, name: &str) {
-    assert_fio_ok(
-        uri,
-        name,
-        &[
-            "--rw=read",
-            "--bs=4k",
-            "--iodepth=16",
-            "--size=64M",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-        ],
-    );
-}
-
 #[test]
 fn pg_num_grows_under_fio_verify_load() {
     let cluster = TestCluster::up_with(4, &["--pg-num", "8"]);
@@ -69,23 +54,7 @@ fn pg_num_grows_under_fio_verify_load() {
     wait_clean(&cluster, 8);
     // 4 KiB random writes over all 64 objects, each block once, verified
     // by fio at the end; the pool splits twice meanwhile.
-    let load_uri = uri.clone();
-    let load = std::thread::spawn(move || {
-        fio(
-            &load_uri,
-            "load",
-            &[
-                "--rw=randwrite",
-                "--bs=4k",
-                "--iodepth=16",
-                "--size=64M",
-                "--verify=crc32c",
-                "--do_verify=1",
-                "--verify_fatal=1",
-                "--randrepeat=0",
-            ],
-        )
-    });
+    let load = spawn_verified_writes(&uri, "64M");
     std::thread::sleep(Duration::from_secs(2));
     let out = cluster.ok(&["pool", "set", "rbd", "pg_num", "16"]);
     assert!(out.contains("pg_num"), "{out}");
@@ -113,11 +82,11 @@ fn pg_num_grows_under_fio_verify_load() {
         with_objects > 16,
         "only {with_objects} of 32 PGs hold objects: {pgs}"
     );
-    verify_all(&uri, "after-split");
+    assert_reads_verify(&uri, "after-split", "64M");
     // Without osd.0 the other copies of every child serve it all.
     cluster.kill9("osd.0");
     cluster.ok(&["osd", "down", "0"]);
     cluster.ok(&["osd", "out", "0"]);
     wait_clean(&cluster, 32);
-    verify_all(&uri, "without-osd0");
+    assert_reads_verify(&uri, "without-osd0", "64M");
 }

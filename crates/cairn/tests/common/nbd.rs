@@ -337,3 +337,45 @@ pub fn assert_fio_ok(uri: &str, name: &str, options: &[&str]) -> String {
     );
     text
 }
+
+/// fio's verified load: 4 KiB random writes at queue depth 16 over the
+/// first `size` of the disk at `uri`, each block once, read back and
+/// verified (crc32c) at the end; runs in a thread while a test breaks
+/// things. Join for fio's outcome.
+pub fn spawn_verified_writes(uri: &str, size: &str) -> std::thread::JoinHandle<(bool, String)> {
+    let uri = uri.to_string();
+    let size = format!("--size={size}");
+    std::thread::spawn(move || {
+        fio(
+            &uri,
+            "load",
+            &[
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=16",
+                &size,
+                "--verify=crc32c",
+                "--do_verify=1",
+                "--verify_fatal=1",
+                "--randrepeat=0",
+            ],
+        )
+    })
+}
+
+/// Read the first `size` of the disk at `uri` back through a new fio
+/// connection and verify what [`spawn_verified_writes`] wrote.
+pub fn assert_reads_verify(uri: &str, name: &str, size: &str) {
+    assert_fio_ok(
+        uri,
+        name,
+        &[
+            "--rw=read",
+            "--bs=4k",
+            "--iodepth=16",
+            &format!("--size={size}"),
+            "--verify=crc32c",
+            "--verify_fatal=1",
+        ],
+    );
+}

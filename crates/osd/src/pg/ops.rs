@@ -36,13 +36,13 @@ pub(crate) struct Inflight {
     pub clients: Vec<(crate::io::ClientId, u64)>,
     pub outputs: usize,
     pub waiting_on: BTreeSet<OsdId>,
-    pub local_done: bool,
+    /// When the local commit came (`None`: not yet).
+    pub local_at: Option<Duration>,
     /// When the first request for it reached this OSD, when it was
-    /// submitted, when the local commit and the last member's commit came
-    /// (for slow-op reports).
+    /// submitted, and which member committed last and when (for slow-op
+    /// reports).
     pub arrived: Duration,
     pub submitted: Duration,
-    pub local_at: Option<Duration>,
     pub last_ack: Option<(OsdId, Duration)>,
 }
 
@@ -388,10 +388,9 @@ impl Pg {
                 clients: vec![(op.client, op.op.tid)],
                 outputs: op.op.ops.len(),
                 waiting_on,
-                local_done: false,
+                local_at: None,
                 arrived: op.arrived,
                 submitted: ctx.io.now(),
-                local_at: None,
                 last_ack: None,
             },
         );
@@ -434,7 +433,6 @@ impl Pg {
             return self.retry_later(ctx, format!("local commit failed: {e}"));
         }
         if let Some(inflight) = primary.inflight.get_mut(&version) {
-            inflight.local_done = true;
             inflight.local_at = Some(ctx.io.now());
         }
         self.maybe_complete(ctx, version);
@@ -469,7 +467,7 @@ impl Pg {
         let done = primary
             .inflight
             .get(&version)
-            .is_some_and(|i| i.local_done && i.waiting_on.is_empty());
+            .is_some_and(|i| i.local_at.is_some() && i.waiting_on.is_empty());
         if !done {
             return;
         }

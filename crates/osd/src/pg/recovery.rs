@@ -500,18 +500,23 @@ impl Pg {
             Push::Recovery { oid, version } => (oid, version),
         };
         if let Some(peer) = primary.peers.get_mut(&from) {
-            // A write since the push was read leaves it missing at that
-            // write's version (never the case while writes wait for
-            // recovery; checked all the same).
+            // A write since the push was read would leave it missing at
+            // that write's version (never the case while writes wait for
+            // recovery; checked all the same): it is pushed again.
             let covered = match (peer.missing.get(&oid), version) {
                 (Some(&need), Some(v)) => v >= need,
                 _ => true,
             };
             if covered {
                 peer.missing.remove(&oid);
+                self.counters.recovered_objects += 1;
+            } else {
+                tracing::error!(
+                    "pg {}: osd.{from} took {oid:?} at {version:?}, short of what it needs",
+                    self.id
+                );
             }
         }
-        self.counters.recovered_objects += 1;
         let left = primary.push_waiting.get_mut(&oid).map(|n| {
             *n -= 1;
             *n
