@@ -304,6 +304,19 @@ impl CrushMap {
         }
     }
 
+    /// The item of type `kind` that holds `osd` (the OSD itself for type
+    /// 0), or `None` if the OSD is not in the tree under such an item.
+    pub fn ancestor_of_type(&self, osd: OsdId, kind: TypeId) -> Option<ItemId> {
+        let mut cur = osd as ItemId;
+        for _ in 0..=MAX_DEPTH {
+            if self.type_of(cur)? == kind {
+                return Some(cur);
+            }
+            cur = self.parent_of(cur)?;
+        }
+        None
+    }
+
     /// Levels of buckets above `item`, or `None` past [`MAX_DEPTH`] (a loop).
     pub(crate) fn depth_of(&self, item: ItemId) -> Option<usize> {
         let mut cur = item;

@@ -58,8 +58,9 @@ pub const MAX_INTERVALS_PER_PG: usize = 64;
 
 impl ClusterMap {
     /// Record in this map (the successor of `prev`, with its epoch already
-    /// set) the intervals that the change from `prev` closes. The monitor
-    /// calls this for every new epoch.
+    /// set) the intervals that the change from `prev` closes, after dropping
+    /// the `pg_temp`s that no longer change anything. The monitor calls this
+    /// for every new epoch.
     pub fn advance_history(&mut self, prev: &ClusterMap) {
         assert!(
             self.epoch > prev.epoch,
@@ -69,6 +70,7 @@ impl ClusterMap {
         );
         self.pg_history
             .retain(|pg, _| prev.pools.get(&pg.pool).is_some_and(|p| pg.seed < p.pg_num));
+        self.clean_pg_temps();
         if !self.placement_changed(prev) {
             return;
         }
@@ -142,6 +144,25 @@ impl ClusterMap {
             acting,
             primary,
             maybe_went_rw,
+        }
+    }
+
+    /// Drop every `pg_temp` whose up members are none or exactly the up set
+    /// (in order): the acting set is the same without it, and a stale
+    /// `pg_temp` would otherwise come back into force when its down members
+    /// return.
+    fn clean_pg_temps(&mut self) {
+        let redundant: Vec<PgId> = self
+            .pg_temp
+            .iter()
+            .filter(|(pg, temp)| {
+                let live: Vec<OsdId> = temp.iter().copied().filter(|&o| self.is_up(o)).collect();
+                live.is_empty() || live == self.up(**pg)
+            })
+            .map(|(pg, _)| *pg)
+            .collect();
+        for pg in redundant {
+            self.pg_temp.remove(&pg);
         }
     }
 
@@ -348,6 +369,47 @@ mod tests {
         let now_up = m.up(pg);
         m.set_pg_temp(pg, now_up).unwrap();
         assert!(!m.pg_temp.contains_key(&pg));
+    }
+
+    #[test]
+    fn a_pg_temp_that_changes_nothing_is_dropped_at_the_next_epoch() {
+        let map = map_with(5);
+        let pg = PgId::new(1, 3);
+        let up = map.up(pg);
+        // Another order of the up set: in force while its members are up.
+        let reordered = vec![up[1], up[0], up[2]];
+        let map = step(&map, |m| {
+            assert!(m.set_pg_temp(pg, reordered.clone()).unwrap());
+        });
+        assert_eq!(map.acting(pg).osds, reordered);
+        // up[0] goes down: what is left of it is the up set, in order.
+        let map = step(&map, |m| {
+            m.mark_down(up[0]);
+        });
+        assert!(!map.pg_temp.contains_key(&pg), "{:?}", map.pg_temp);
+        let map = step(&map, |m| {
+            m.osd_boot(up[0], "127.0.0.1:1".into(), WEIGHT_ONE);
+        });
+        assert_eq!(map.acting(pg).osds, up, "the old order did not come back");
+
+        // A pg_temp whose members are all down is dropped too.
+        let spare: Vec<OsdId> = (0..5).filter(|o| !up.contains(o)).collect();
+        let map = step(&map, |m| {
+            assert!(m.set_pg_temp(pg, spare.clone()).unwrap());
+        });
+        assert_eq!(map.acting(pg).osds, spare);
+        let map = step(&map, |m| {
+            m.mark_down(spare[0]);
+        });
+        assert!(
+            map.pg_temp.contains_key(&pg),
+            "osd.{} still stands in",
+            spare[1]
+        );
+        let map = step(&map, |m| {
+            m.mark_down(spare[1]);
+        });
+        assert!(!map.pg_temp.contains_key(&pg), "{:?}", map.pg_temp);
     }
 
     #[test]

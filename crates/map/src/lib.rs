@@ -272,6 +272,15 @@ impl ClusterMap {
         PgId::new(pool.id, pg_seed(object, pool.pg_num))
     }
 
+    /// The failure domain `osd` counts in for `pg`'s pool: the item of the
+    /// pool rule's failure-domain type above it (`None`: not placed under
+    /// one, or no such pool).
+    pub fn failure_domain(&self, pg: PgId, osd: OsdId) -> Option<cairn_crush::ItemId> {
+        let pool = self.pools.get(&pg.pool)?;
+        let rule = self.crush.rule(pool.rule)?;
+        self.crush.ancestor_of_type(osd, rule.failure_domain)
+    }
+
     /// Placement ignoring up/down: the pool's CRUSH rule over the `in` OSDs
     /// (at most `size` distinct OSDs in distinct failure domains, in order).
     pub fn raw_placement(&self, pg: PgId) -> Vec<OsdId> {

@@ -44,6 +44,9 @@ pub use random::{random_run, Report};
 pub struct SimConfig {
     pub seed: u64,
     pub osds: u32,
+    /// OSDs per CRUSH host, the pool's failure domain (0: one flat level,
+    /// replicas on distinct OSDs).
+    pub osds_per_host: u32,
     pub size: u32,
     pub min_size: u32,
     pub pg_num: u32,
@@ -72,6 +75,7 @@ impl SimConfig {
         SimConfig {
             seed,
             osds: 5,
+            osds_per_host: 0,
             size: 3,
             min_size: 2,
             pg_num: 8,
@@ -139,7 +143,7 @@ pub struct Sim {
 impl Sim {
     /// A cluster of `cfg.osds` OSDs booting, with pool `rbd` and clients.
     pub fn new(cfg: SimConfig) -> Sim {
-        let mon = SimMon::new(cfg.osds, cfg.size, cfg.min_size, cfg.pg_num);
+        let mon = SimMon::new(&cfg);
         let map = mon.map.clone();
         let clients = (0..cfg.clients)
             .map(|c| SimClient::new(c, cfg.objects_per_client, map.clone()))

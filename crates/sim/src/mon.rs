@@ -10,9 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_map::crush::{CrushMap, DeviceReport, Location};
 use cairn_map::{ClusterMap, FullRatios, FullState, OsdUsage, WEIGHT_ONE};
 use cairn_types::{Epoch, OsdId, PgId};
 use cairn_wire::PgStat;
+
+use crate::SimConfig;
 
 #[derive(Clone, Debug)]
 pub enum Change {
@@ -46,13 +49,32 @@ pub struct SimMon {
 impl SimMon {
     /// A map with `osds` OSDs (known, in, down until they boot) and pool
     /// `rbd`.
-    pub fn new(osds: u32, size: u32, min_size: u32, pg_num: u32) -> Self {
-        let mut map = ClusterMap::new("sim".into());
-        for id in 0..osds {
-            map.osd_boot(id, format!("sim:{id}"), WEIGHT_ONE);
+    pub fn new(cfg: &SimConfig) -> Self {
+        let mut map = if cfg.osds_per_host == 0 {
+            ClusterMap::new("sim".into())
+        } else {
+            ClusterMap::with_crush("sim".into(), CrushMap::default())
+        };
+        for id in 0..cfg.osds {
+            if cfg.osds_per_host == 0 {
+                map.osd_boot(id, format!("sim:{id}"), WEIGHT_ONE);
+            } else {
+                let location = format!("host=h{}", id / cfg.osds_per_host);
+                let report = DeviceReport {
+                    location: Location::parse(&location)
+                        .unwrap_or_else(|e| panic!("bad simulation location: {e}")),
+                    update_location: true,
+                    class: "ssd".into(),
+                    class_configured: false,
+                    size_bytes: 0,
+                    initial_weight: Some(WEIGHT_ONE),
+                };
+                map.osd_boot_with(id, format!("sim:{id}"), &report)
+                    .unwrap_or_else(|e| panic!("bad simulation host: {e}"));
+            }
             map.mark_down(id);
         }
-        map.create_pool("rbd", size, min_size, pg_num)
+        map.create_pool("rbd", cfg.size, cfg.min_size, cfg.pg_num)
             .unwrap_or_else(|e| panic!("bad simulation pool: {e}"));
         map.epoch = 2;
         SimMon {

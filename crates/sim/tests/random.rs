@@ -1,5 +1,5 @@
 //! Random runs of the whole cluster under faults, one per seed. Set
-//! `CAIRN_SIM_SEEDS=N` for more seeds (default 200 and 100), and
+//! `CAIRN_SIM_SEEDS=N` for more seeds (default 200 or 100), and
 //! `CAIRN_SIM_SEED=S` to replay one.
 
 use cairn_osd::PlantedBug;
@@ -63,6 +63,18 @@ fn random_faults_with_a_short_log_backfill_and_lose_nothing() {
     run_all("short log", 10_001, 100, |seed| SimConfig {
         pg_log_max_entries: 4,
         osds: 6,
+        pg_num: 16,
+        ..SimConfig::new(seed)
+    });
+}
+
+#[test]
+fn random_faults_across_three_hosts_lose_nothing() {
+    // Replicas on distinct hosts (two OSDs each): a dead host's PGs stay
+    // undersized instead of doubling up, and stand-ins come and go.
+    run_all("three hosts", 30_001, 100, |seed| SimConfig {
+        osds: 6,
+        osds_per_host: 2,
         pg_num: 16,
         ..SimConfig::new(seed)
     });

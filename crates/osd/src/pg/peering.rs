@@ -314,7 +314,14 @@ impl Pg {
             h.usable().is_some_and(|i| i.last_update >= auth_tail)
         };
         let mut want: Vec<OsdId> = self.mapping.up.iter().copied().filter(|&o| ok(o)).collect();
+        // Members from outside the up set stand in for up members that must
+        // be backfilled first, and to reach min_size. Beyond that they fill
+        // the size only from failure domains no chosen member is in: a size
+        // CRUSH cannot place (a host down in a 3-host cluster) stays
+        // undersized rather than putting two copies in one failure domain.
         let size = self.mapping.size as usize;
+        let min_size = self.mapping.min_size as usize;
+        let stand_ins = self.mapping.up.len() - want.len();
         if want.len() < size {
             let mut extra: Vec<(&OsdId, &PgInfo)> = heard
                 .iter()
@@ -327,7 +334,19 @@ impl Pg {
                     **o,
                 )
             });
-            want.extend(extra.into_iter().map(|(o, _)| *o).take(size - want.len()));
+            let domain = |o: OsdId| ctx.map.failure_domain(self.id, o);
+            let mut taken = 0;
+            for (&o, _) in extra {
+                if want.len() >= size {
+                    break;
+                }
+                let needed = taken < stand_ins || want.len() < min_size;
+                let apart = domain(o).is_some_and(|d| want.iter().all(|&w| domain(w) != Some(d)));
+                if needed || apart {
+                    want.push(o);
+                    taken += 1;
+                }
+            }
         }
         // A primary that must first recover objects itself would make
         // clients wait for them: a member that holds everything serves
