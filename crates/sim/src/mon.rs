@@ -56,10 +56,8 @@ impl SimMon {
             ClusterMap::with_crush("sim".into(), CrushMap::default())
         };
         for id in 0..cfg.osds {
-            if cfg.osds_per_host == 0 {
-                map.osd_boot(id, format!("sim:{id}"), WEIGHT_ONE);
-            } else {
-                let location = format!("host=h{}", id / cfg.osds_per_host);
+            if let Some(host) = id.checked_div(cfg.osds_per_host) {
+                let location = format!("host=h{host}");
                 let report = DeviceReport {
                     location: Location::parse(&location)
                         .unwrap_or_else(|e| panic!("bad simulation location: {e}")),
@@ -71,6 +69,8 @@ impl SimMon {
                 };
                 map.osd_boot_with(id, format!("sim:{id}"), &report)
                     .unwrap_or_else(|e| panic!("bad simulation host: {e}"));
+            } else {
+                map.osd_boot(id, format!("sim:{id}"), WEIGHT_ONE);
             }
             map.mark_down(id);
         }
