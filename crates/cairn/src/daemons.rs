@@ -237,6 +237,8 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             recovery_max_active: osd_conf.recovery_max_active as usize,
             recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
             recovery_sleep_busy: Duration::from_millis(osd_conf.recovery_sleep_busy_ms),
+            recovery_sleep_busy_max: Duration::from_millis(osd_conf.recovery_sleep_busy_max_ms),
+            recovery_slowdown_pct: osd_conf.recovery_slowdown_pct,
             max_backfills: osd_conf.max_backfills as usize,
             peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
             scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),

@@ -58,6 +58,14 @@ fn at_least_one<T: Copy + Into<u64>>(v: &T) -> Result<(), String> {
     }
 }
 
+fn at_least_100(v: &u32) -> Result<(), String> {
+    if *v >= 100 {
+        Ok(())
+    } else {
+        Err(format!("must be at least 100 (percent), got {v}"))
+    }
+}
+
 fn socket_addr(v: &str) -> Result<(), String> {
     match v.parse::<SocketAddr>() {
         Ok(_) => Ok(()),
@@ -379,8 +387,18 @@ section! {
         /// (Ceph's `osd_recovery_sleep`), to leave the disk to clients.
         recovery_sleep_ms: u64 = 0, check any;
         /// While clients are being served, recovery yields to them: one
-        /// object at a time, started at most every this many milliseconds.
+        /// operation (an object, a backfill step) at a time, started at
+        /// most every this many milliseconds.
         recovery_sleep_busy_ms: u64 = 20, check any;
+        /// ... and the pause grows up to this many milliseconds while the
+        /// p99 of client writes is above `recovery_slowdown_pct` percent of
+        /// their p99 without recovery (it doubles per second that it is,
+        /// and shrinks by an eighth per second that it is not). Not above
+        /// `recovery_sleep_busy_ms`: the pause stays fixed.
+        recovery_sleep_busy_max_ms: u64 = 1000, check any;
+        /// Client writes' p99 allowed during recovery, in percent of their
+        /// p99 without it (at least 100).
+        recovery_slowdown_pct: u32 = 200, check at_least_100;
         /// PGs backfilling at once with this OSD as primary, and as many
         /// with it as target (at least 1; Ceph's `osd_max_backfills`).
         max_backfills: u32 = 1, check at_least_one;

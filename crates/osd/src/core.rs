@@ -20,6 +20,7 @@ use cairn_types::{Epoch, OsdId, PgId};
 use cairn_wire::{ObjOp, OpError, OsdOp, OsdOpReply, PgBody, PgMessage, PgStat};
 
 use crate::io::{ClientId, CopyResult, Done, OsdIo, ReadResult};
+use crate::pace::Pacer;
 use crate::pg::{ClientOp, Ctx, MonRequests, Pg, Role, Wait};
 use crate::slots::Slots;
 
@@ -33,8 +34,15 @@ pub struct CoreOptions {
     /// Pause between starting recovery operations (`osd_recovery_sleep`).
     pub recovery_sleep: Duration,
     /// Pause between starting recovery operations while clients are
-    /// served (one at a time then).
+    /// served (one at a time then): the shortest the pacer keeps.
     pub recovery_sleep_busy: Duration,
+    /// The longest pause the pacer may stretch that to while client writes
+    /// are slower than `recovery_slowdown_pct` of their usual p99 (not
+    /// above `recovery_sleep_busy`: a fixed pause).
+    pub recovery_sleep_busy_max: Duration,
+    /// Client writes' p99 allowed during recovery, in percent of their p99
+    /// without it.
+    pub recovery_slowdown_pct: u32,
     /// PGs backfilling at once, as primary and as target (`osd_max_backfills`).
     pub max_backfills: usize,
     /// Unanswered peering requests are sent again after this long.
@@ -73,6 +81,8 @@ impl Default for CoreOptions {
             recovery_max_active: 3,
             recovery_sleep: Duration::ZERO,
             recovery_sleep_busy: Duration::from_millis(20),
+            recovery_sleep_busy_max: Duration::from_secs(1),
+            recovery_slowdown_pct: 200,
             max_backfills: 1,
             peering_retry: Duration::from_secs(2),
             scrub_interval: Duration::from_secs(24 * 3600),
@@ -126,7 +136,11 @@ impl OsdCore {
         let slots = Slots::new(
             opts.recovery_max_active,
             opts.recovery_sleep,
-            opts.recovery_sleep_busy,
+            Pacer::new(
+                opts.recovery_sleep_busy,
+                opts.recovery_sleep_busy_max,
+                opts.recovery_slowdown_pct,
+            ),
             opts.max_backfills,
             opts.max_scrubs,
         );

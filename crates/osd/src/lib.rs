@@ -18,6 +18,7 @@
 mod core;
 mod daemon;
 pub mod io;
+pub mod pace;
 pub mod pg;
 mod slots;
 

@@ -3,9 +3,10 @@
 //! - Recovery: at most `osd_recovery_max_active` objects in recovery at
 //!   once across the OSD's PGs, and a new one at most every
 //!   `osd_recovery_sleep`. Clients come first: while client operations
-//!   arrive (within [`CLIENT_ACTIVE_WINDOW`] of the last), one object at a
-//!   time, a new one at most every `osd_recovery_sleep_busy`. PGs that
-//!   found no free slot queue for one.
+//!   arrive (within [`CLIENT_ACTIVE_WINDOW`] of the last), one operation
+//!   (an object, a backfill step) at a time, spaced by the [`Pacer`]'s gap
+//!   (`osd_recovery_sleep_busy`, lengthened while client writes are slower
+//!   than usual). PGs that found no free slot queue for one.
 //! - Backfill: at most `osd_max_backfills` PGs backfilling as primary
 //!   (local) and as many as target (remote) — Ceph's reservations. A remote
 //!   reservation is refused when this OSD is too full to take data
@@ -17,6 +18,8 @@ use std::time::Duration;
 
 use cairn_types::PgId;
 
+use crate::pace::Pacer;
+
 /// How long after a client operation this OSD counts as serving clients.
 pub const CLIENT_ACTIVE_WINDOW: Duration = Duration::from_millis(200);
 
@@ -24,7 +27,8 @@ pub const CLIENT_ACTIVE_WINDOW: Duration = Duration::from_millis(200);
 pub struct Slots {
     recovery_max: usize,
     recovery_sleep: Duration,
-    recovery_sleep_busy: Duration,
+    /// The spacing of recovery starts while clients are served.
+    pacer: Pacer,
     /// Clients are served until then (see [`Slots::client_op`]).
     clients_until: Duration,
     in_use: BTreeMap<PgId, usize>,
@@ -44,14 +48,14 @@ impl Slots {
     pub fn new(
         recovery_max: usize,
         recovery_sleep: Duration,
-        recovery_sleep_busy: Duration,
+        pacer: Pacer,
         backfill_max: usize,
         scrub_max: usize,
     ) -> Self {
         Slots {
             recovery_max: recovery_max.max(1),
             recovery_sleep,
-            recovery_sleep_busy,
+            pacer,
             clients_until: Duration::ZERO,
             in_use: BTreeMap::new(),
             total: 0,
@@ -87,10 +91,21 @@ impl Slots {
         self.clients_until = now + CLIENT_ACTIVE_WINDOW;
     }
 
-    /// Recovery objects allowed in flight now, and the spacing of starts.
-    fn budget(&self, now: Duration) -> (usize, Duration) {
-        if now < self.clients_until {
-            (1, self.recovery_sleep_busy.max(self.recovery_sleep))
+    /// A client write this OSD served as primary completed after `latency`
+    /// (what the pacer measures).
+    pub fn client_write(&mut self, now: Duration, latency: Duration) {
+        self.pacer.client_write(now, latency);
+    }
+
+    /// Are clients being served (recovery runs at the busy budget)?
+    pub fn clients_busy(&self, now: Duration) -> bool {
+        now < self.clients_until
+    }
+
+    /// Recovery operations allowed in flight now, and the spacing of starts.
+    fn budget(&mut self, now: Duration) -> (usize, Duration) {
+        if self.clients_busy(now) {
+            (1, self.pacer.gap(now).max(self.recovery_sleep))
         } else {
             (self.recovery_max, self.recovery_sleep)
         }
@@ -105,6 +120,7 @@ impl Slots {
         self.total += 1;
         *self.in_use.entry(pg).or_default() += 1;
         self.next_start = now + sleep;
+        self.pacer.recovery_started(now);
         true
     }
 
@@ -206,10 +222,11 @@ mod tests {
     #[test]
     fn recovery_slots_are_bounded_and_spaced() {
         let pg = PgId::new(1, 0);
+        let busy = Duration::from_millis(50);
         let mut slots = Slots::new(
             2,
             Duration::from_millis(10),
-            Duration::from_millis(50),
+            Pacer::new(busy, busy, 200),
             1,
             1,
         );
@@ -246,7 +263,8 @@ mod tests {
     #[test]
     fn backfill_reservations_are_bounded_and_refusable() {
         let (a, b) = (PgId::new(1, 0), PgId::new(1, 1));
-        let mut slots = Slots::new(1, Duration::ZERO, Duration::ZERO, 1, 1);
+        let fixed = Pacer::new(Duration::ZERO, Duration::ZERO, 200);
+        let mut slots = Slots::new(1, Duration::ZERO, fixed, 1, 1);
         assert!(slots.take_backfill(a));
         assert!(slots.take_backfill(a), "idempotent");
         assert!(!slots.take_backfill(b));

@@ -196,6 +196,8 @@ impl Sim {
             recovery_max_active: 2,
             recovery_sleep: Duration::ZERO,
             recovery_sleep_busy: Duration::from_millis(5),
+            recovery_sleep_busy_max: Duration::from_millis(250),
+            recovery_slowdown_pct: 200,
             max_backfills: 1,
             peering_retry: Duration::from_millis(500),
             scrub_interval: Duration::ZERO,

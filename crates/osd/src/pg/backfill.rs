@@ -29,6 +29,10 @@ use crate::io::{CopyError, CopyResult, Done};
 
 /// Objects per backfill batch.
 pub const BACKFILL_BATCH: usize = 64;
+/// Objects copied per batch while clients are served: writes to a batch's
+/// range wait until it lands, so a batch stays short then (and batches are
+/// spaced like other recovery operations, see `crate::slots`).
+pub const BACKFILL_BUSY_COPIES: usize = 1;
 /// A target the map records at this fullness or above gets no backfill.
 pub(crate) const BACKFILL_LIMIT: FullState = FullState::Backfillfull;
 
@@ -227,6 +231,14 @@ impl Pg {
             return;
         }
         if target.step.is_none() {
+            // A batch is a recovery operation: it starts when the OSD's
+            // budget (and, while clients are served, the pacer) allows.
+            let now = ctx.io.now();
+            if !ctx.slots.take(self.id, now) {
+                ctx.slots.want(self.id);
+                return;
+            }
+            ctx.slots.release(self.id, now);
             let after = target.done_upto.clone();
             let (names, done) = match scan(store, self.id, after.as_deref(), BACKFILL_BATCH) {
                 Ok(listed) => listed,
@@ -350,6 +362,19 @@ impl Pg {
             .map(|n| n.to_string())
             .collect();
         removes.sort();
+        // While clients are served, the batch ends at its first copies:
+        // the rest of the range is compared again by the next batch.
+        let mut to_push = to_push;
+        let mut upto = upto;
+        if ctx.slots.clients_busy(ctx.io.now()) && to_push.len() > BACKFILL_BUSY_COPIES {
+            let mut names = to_push.clone();
+            names.sort();
+            let cut = names[BACKFILL_BUSY_COPIES - 1].clone();
+            to_push.retain(|n| *n <= cut);
+            removes.retain(|n| *n <= cut);
+            step.local.retain(|(n, _)| *n <= cut);
+            upto = Some(cut);
+        }
         step.upto = upto;
         step.removes = removes;
         step.objects = to_push.len() as u64;

@@ -476,6 +476,9 @@ impl Pg {
         };
         tracing::debug!("pg {}: {:?} written at {version}", self.id, inflight.oid);
         report_if_slow(self.id, ctx, version, &inflight);
+        let now = ctx.io.now();
+        ctx.slots
+            .client_write(now, now.saturating_sub(inflight.arrived));
         for (client, tid) in inflight.clients {
             let outputs = vec![OpOutput::None; inflight.outputs];
             ctx.io.reply(
