@@ -258,6 +258,25 @@ impl BenchReport {
         serde_json::to_string_pretty(self)
     }
 
+    /// The writes' (or reads') latency distribution: `[µs, count]` per
+    /// recorded histogram bucket (its highest equivalent value), fastest
+    /// first. Runs' bins add up, so percentiles over several runs are exact
+    /// to the histograms' precision (fio's `json+` bins).
+    pub fn latency_bins(&self, writes: bool) -> Vec<[u64; 2]> {
+        let dir = if writes {
+            &self.raw.write
+        } else {
+            &self.raw.read
+        };
+        dir.hist
+            .iter_recorded()
+            .map(|v| {
+                let us = dir.hist.highest_equivalent(v.value_iterated_to()) / 1000;
+                [us, v.count_at_value()]
+            })
+            .collect()
+    }
+
     /// Read latencies in nanoseconds.
     pub fn read_histogram(&self) -> &Histogram<u64> {
         &self.raw.read.hist
@@ -426,6 +445,24 @@ mod tests {
     fn report(spec: &BenchSpec, m: Measurement, secs: u64) -> BenchReport {
         let summary = SpecSummary::new(spec, 1 << 20, 1, 1);
         BenchReport::new(summary, Duration::from_secs(secs), m).expect("report")
+    }
+
+    #[test]
+    fn latency_bins_count_every_op_and_pool_across_runs() {
+        let a = report(&BenchSpec::default(), measurement(&[], &[1, 1, 5]), 1);
+        let b = report(&BenchSpec::default(), measurement(&[7], &[5, 900]), 1);
+        let bins_a = a.latency_bins(true);
+        assert_eq!(bins_a.iter().map(|b| b[1]).sum::<u64>(), 3);
+        assert_eq!(bins_a.len(), 2, "{bins_a:?}");
+        assert!(bins_a[0][0] >= 1000 && bins_a[0][0] < 1002, "{bins_a:?}");
+        let mut pooled = bins_a;
+        pooled.extend(b.latency_bins(true));
+        pooled.sort();
+        let total: u64 = pooled.iter().map(|b| b[1]).sum();
+        assert_eq!(total, 5, "the read is not among the writes");
+        let slowest = pooled.last().unwrap()[0];
+        assert!((900_000..900_500).contains(&slowest), "{pooled:?}");
+        assert_eq!(b.latency_bins(false).len(), 1);
     }
 
     #[test]

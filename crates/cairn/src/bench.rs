@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// Worker threads of the client runtime.
     #[arg(long, default_value_t = 1)]
     threads: u32,
+    /// With --json: add each direction's latency distribution as
+    /// `lat_bins` ([µs, count] per histogram bucket), so several runs can
+    /// be pooled into exact percentiles.
+    #[arg(long)]
+    lat_bins: bool,
 }
 
 #[derive(Subcommand)]
@@ -89,6 +94,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
     let config = conf::load(ctx)?;
     let rt = crate::daemons::runtime(args.threads)?;
     let json = ctx.json;
+    let lat_bins = args.lat_bins;
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
         let image = Image::open(&cluster, &pool, &name).await?;
@@ -102,7 +108,12 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
             ),
             other => other.into(),
         })?;
-        if json {
+        if json && lat_bins {
+            let mut v = serde_json::to_value(&report)?;
+            v["read"]["lat_bins"] = serde_json::json!(report.latency_bins(false));
+            v["write"]["lat_bins"] = serde_json::json!(report.latency_bins(true));
+            println!("{}", serde_json::to_string(&v)?);
+        } else if json {
             println!("{}", report.to_json()?);
         } else {
             print!("{}", report.table());
