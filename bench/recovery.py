@@ -7,8 +7,9 @@ Phases, on a fresh local 3-OSD cluster (pool size 3) with an image written
 through first:
   1. healthy: `cairn bench` 4 KiB randwrite for --healthy seconds;
   2. osd.2 killed (SIGKILL) and marked down; the load runs --down seconds;
-  3. osd.2 restarted while the load runs in --slice second windows until
-     every PG is active+clean.
+  3. osd.2 restarted while the load runs in --slice second windows (the
+     first begun a second before the restart) until every PG is
+     active+clean: the returning OSD's peering counts.
 Reports: time from restart to clean; bytes the monitor's recovery counters
 report moved (this commit; absent on older ones), and bytes the restarted
 OSD wrote to its disk meanwhile (/proc/PID/io, comparable across commits);
@@ -27,7 +28,7 @@ Usage: python3 bench/recovery.py --mode log [--cairn target/release/cairn]
 Needs a release build. Prints one markdown table row per run, and JSON with
 --json.
 """
-import argparse, json, os, platform, shutil, signal, subprocess, sys, time
+import argparse, json, os, platform, shutil, signal, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -134,20 +135,28 @@ def main():
         c.cli("osd", "down", "2")
         degraded = point(c.bench(args.down, args.iodepth, args.size))
         before = c.json("status").get("recovery", {})
-        run([args.cairn, "cluster", "up", "--osds", "3", "--dir", args.dir, "--timeout", "120"])
+        # The load runs in back-to-back windows from before the restart until
+        # every PG is clean, so what clients see while the returning OSD
+        # peers (before any PG is active again) counts too.
+        windows, stop = [], threading.Event()
+
+        def load():
+            while not stop.is_set():
+                windows.append(point(c.bench(args.slice, args.iodepth, args.size)))
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(1)
         restarted = time.time()
+        run([args.cairn, "cluster", "up", "--osds", "3", "--dir", args.dir, "--timeout", "120"])
         pid = c.pid("osd.2")
         written0 = write_bytes(pid)
-        windows = []
-        while True:
-            windows.append(point(c.bench(args.slice, args.iodepth, args.size)))
-            ok, st = c.clean()
-            if ok or time.time() - restarted > 900:
-                break
-        # Time to clean, to the poll's resolution.
+        # Time to clean (from the restart), to the poll's resolution.
         while not c.clean()[0] and time.time() - restarted < 900:
             time.sleep(0.2)
         to_clean = time.time() - restarted
+        stop.set()
+        loader.join()
         moved = write_bytes(pid) - written0
         after = c.json("status").get("recovery", {})
         rec = {k: after.get(k, 0) - before.get(k, 0) for k in ("recovered_objects", "backfilled_objects", "bytes")}

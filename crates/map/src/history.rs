@@ -71,6 +71,7 @@ impl ClusterMap {
         self.pg_history
             .retain(|pg, _| prev.pools.get(&pg.pool).is_some_and(|p| pg.seed < p.pg_num));
         self.clean_pg_temps();
+        self.prime_pg_temps(prev);
         if !self.placement_changed(prev) {
             return;
         }
@@ -166,6 +167,43 @@ impl ClusterMap {
         }
     }
 
+    /// An OSD that comes up as a PG's up primary while the PG's acting
+    /// primary stays up and in the up set leaves that primary serving, at
+    /// the head of the new up set (Ceph's primed `pg_temp`). The returning
+    /// OSD would otherwise peer first, from a cold store and behind the
+    /// others, only to stand aside for a member that holds everything: two
+    /// peerings where clients wait instead of one. Its peering asks for the
+    /// up order once it holds everything.
+    fn prime_pg_temps(&mut self, prev: &ClusterMap) {
+        let returned = |m: &ClusterMap| m.osds.keys().any(|&o| m.is_up(o) && !prev.is_up(o));
+        if !returned(self) {
+            return;
+        }
+        let pgs: Vec<PgId> = prev
+            .all_pgs()
+            .filter(|pg| self.pools.contains_key(&pg.pool) && !self.pg_temp.contains_key(pg))
+            .collect();
+        for pg in pgs {
+            let Some(serving) = prev.acting(pg).primary() else {
+                continue;
+            };
+            let up = self.up(pg);
+            let Some(&first) = up.first() else {
+                continue;
+            };
+            if first == serving
+                || prev.is_up(first)
+                || !self.is_up(serving)
+                || !up.contains(&serving)
+            {
+                continue;
+            }
+            let mut temp = vec![serving];
+            temp.extend(up.iter().copied().filter(|&o| o != serving));
+            self.pg_temp.insert(pg, temp);
+        }
+    }
+
     /// Did anything that placement or interval identity depends on change
     /// between `prev` and this map? (`up_thru`, `lost_at` and the history
     /// itself do not start intervals.) Anything new that placement reads
@@ -241,6 +279,7 @@ fn push_interval(intervals: &mut Vec<PastInterval>, new: PastInterval) {
 mod tests {
     use super::*;
     use crate::WEIGHT_ONE;
+    use std::collections::BTreeMap;
 
     fn map_with(osds: u32) -> ClusterMap {
         let mut map = ClusterMap::new("test".into());
@@ -387,8 +426,14 @@ mod tests {
             m.mark_down(up[0]);
         });
         assert!(!map.pg_temp.contains_key(&pg), "{:?}", map.pg_temp);
+        // up[0] returns as the up primary: up[1], which served meanwhile,
+        // is primed to go on serving (up[0] next), not the stale order.
         let map = step(&map, |m| {
             m.osd_boot(up[0], "127.0.0.1:1".into(), WEIGHT_ONE);
+        });
+        assert_eq!(map.acting(pg).osds, vec![up[1], up[0], up[2]]);
+        let map = step(&map, |m| {
+            assert!(m.set_pg_temp(pg, Vec::new()).unwrap());
         });
         assert_eq!(map.acting(pg).osds, up, "the old order did not come back");
 
@@ -410,6 +455,57 @@ mod tests {
             m.mark_down(spare[1]);
         });
         assert!(!map.pg_temp.contains_key(&pg), "{:?}", map.pg_temp);
+    }
+
+    #[test]
+    fn a_returning_up_primary_is_primed_behind_the_serving_one() {
+        let map = map_with(5);
+        let pgs: Vec<PgId> = map.all_pgs().collect();
+        let returning = map.up(pgs[0])[0];
+        let map = step(&map, |m| {
+            m.mark_down(returning);
+        });
+        let serving: BTreeMap<PgId, Option<OsdId>> = pgs
+            .iter()
+            .map(|&pg| (pg, map.acting(pg).primary()))
+            .collect();
+        let map = step(&map, |m| {
+            m.osd_boot(returning, "127.0.0.1:1".into(), WEIGHT_ONE);
+        });
+        let mut primed = 0;
+        for &pg in &pgs {
+            let up = map.up(pg);
+            let acting = map.acting(pg).osds;
+            let mut same_members = acting.clone();
+            same_members.sort_unstable();
+            let mut up_sorted = up.clone();
+            up_sorted.sort_unstable();
+            assert_eq!(same_members, up_sorted, "pg {pg}: the up set's members act");
+            if up[0] == returning {
+                primed += 1;
+                assert_eq!(
+                    Some(acting[0]),
+                    serving[&pg],
+                    "pg {pg}: the serving primary stays"
+                );
+            } else {
+                assert_eq!(acting, up, "pg {pg}: nothing to prime");
+            }
+        }
+        assert!(primed > 0, "osd.{returning} is the up primary of some PG");
+        // Once the returning OSD holds everything its primary asks for the
+        // up order; later maps do not prime it again.
+        let pg = pgs[0];
+        let map = step(&map, |m| {
+            assert!(m.set_pg_temp(pg, Vec::new()).unwrap());
+        });
+        let map = step(&map, |m| {
+            m.set_in(4, false).unwrap();
+        });
+        let map = step(&map, |m| {
+            m.set_in(4, true).unwrap();
+        });
+        assert_eq!(map.acting(pg).osds, map.up(pg));
     }
 
     #[test]

@@ -33,6 +33,16 @@ pub struct LogEntry {
     pub op: LogOp,
 }
 
+/// Where an activation's log entries start: the member's own newest entry
+/// (its version and object), as the primary heard at peering. The entries
+/// sent are the authority's after it; a member whose log does not end
+/// there cannot take them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogBase {
+    pub version: Version,
+    pub oid: String,
+}
+
 /// How much of the PG's object set a member holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Backfill {
@@ -158,10 +168,13 @@ pub enum PgBody {
     /// Primary → each acting member and backfill target: the PG is active
     /// as `act` with the authoritative `info` and log `entries`; merge them
     /// (rolling back what they lack), and, if `backfill`, count yourself a
-    /// backfill target.
+    /// backfill target. With a `base`, `entries` are only those after the
+    /// member's own newest entry (it is up to date through it); without,
+    /// the whole authoritative log.
     Activate {
         act: ActId,
         info: PgInfo,
+        base: Option<LogBase>,
         entries: Vec<LogEntry>,
         backfill: bool,
     },

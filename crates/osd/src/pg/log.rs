@@ -102,14 +102,29 @@ impl PgLog {
     }
 
     pub fn contains(&self, version: Version) -> bool {
-        self.entries
+        self.get(version).is_some()
+    }
+
+    /// The entry at `version`, if logged.
+    pub fn get(&self, version: Version) -> Option<&LogEntry> {
+        let at = self
+            .entries
             .binary_search_by(|e| e.version.cmp(&version))
-            .is_ok()
+            .ok()?;
+        self.entries.get(at)
     }
 
     /// The version at which request `reqid` was applied, if still logged.
     pub fn find_reqid(&self, reqid: &ReqId) -> Option<Version> {
         self.reqids.get(reqid).copied()
+    }
+
+    /// Count the log as covering the PG's history up to `head`, past its
+    /// newest entry (a split PG's log holds only its own objects').
+    pub fn advance_head(&mut self, head: Version) {
+        if head > self.head {
+            self.head = head;
+        }
     }
 
     /// Add the next entry. Versions only grow.
@@ -269,25 +284,8 @@ pub fn merge(
     }
     // The authority's newer entries: the newest one per object decides.
     let newer: Vec<&LogEntry> = auth.iter().filter(|e| e.version > common).collect();
-    for entry in &newer {
-        match entry.op {
-            LogOp::Modify => {
-                missing.insert(entry.oid.clone(), entry.version);
-                remove.remove(&entry.oid);
-            }
-            LogOp::Delete => {
-                missing.remove(&entry.oid);
-                remove.insert(entry.oid.clone());
-            }
-        }
-    }
-    // Objects already at the needed version are not missing.
-    missing.retain(|oid, need| local_version(oid) != Some(*need));
-    let mut remove: Vec<String> = remove
-        .into_iter()
-        .filter(|oid| local_version(oid).is_some())
-        .collect();
-    remove.sort();
+    take_newer(&mut missing, &mut remove, newer.iter().copied());
+    let (missing, remove) = settle(missing, remove, &local_version);
 
     let mut kept: Vec<LogEntry> = mine
         .entries()
@@ -304,6 +302,86 @@ pub fn merge(
         divergent: divergent.len(),
         rewritten: !divergent.is_empty(),
     })
+}
+
+/// What taking the authority's entries after this member's newest one
+/// produced: nothing of the member's diverges, so its log only grows.
+#[derive(Debug)]
+pub struct Appended {
+    /// The member's missing set after taking the entries.
+    pub missing: Missing,
+    /// Objects to remove now (deleted by the entries).
+    pub remove: Vec<String>,
+}
+
+/// Take `entries`, the authority's log after `mine`'s head (the caller
+/// checked that `mine` ends where the authority's entries resume), and
+/// say what the member now misses and must remove. The entries are then
+/// appended to `mine` as they are: no entry of the member's is copied, so
+/// catching up costs what it takes, not the length of the member's log.
+pub fn append_after_head(
+    mine: &PgLog,
+    my_missing: &Missing,
+    entries: &[LogEntry],
+    local_version: impl Fn(&str) -> Option<Version>,
+) -> Result<Appended, MergeError> {
+    if let Some(first) = entries.first() {
+        if first.version <= mine.head() {
+            return Err(MergeError::Conflict {
+                version: first.version,
+                ours: mine
+                    .get(first.version)
+                    .map_or_else(String::new, |e| e.oid.clone()),
+                theirs: first.oid.clone(),
+            });
+        }
+    }
+    assert!(
+        entries.windows(2).all(|w| w[0].version < w[1].version),
+        "authoritative entries out of order"
+    );
+    let mut missing = my_missing.clone();
+    let mut remove = HashSet::new();
+    take_newer(&mut missing, &mut remove, entries.iter());
+    let (missing, remove) = settle(missing, remove, &local_version);
+    Ok(Appended { missing, remove })
+}
+
+/// Apply the authority's entries newer than the member's history to its
+/// missing set and removals: the newest one per object decides.
+fn take_newer<'a>(
+    missing: &mut Missing,
+    remove: &mut HashSet<String>,
+    newer: impl Iterator<Item = &'a LogEntry>,
+) {
+    for entry in newer {
+        match entry.op {
+            LogOp::Modify => {
+                missing.insert(entry.oid.clone(), entry.version);
+                remove.remove(&entry.oid);
+            }
+            LogOp::Delete => {
+                missing.remove(&entry.oid);
+                remove.insert(entry.oid.clone());
+            }
+        }
+    }
+}
+
+/// Drop from the missing set objects already at the needed version, and
+/// from the removals objects not here; removals sorted.
+fn settle(
+    mut missing: Missing,
+    remove: HashSet<String>,
+    local_version: &impl Fn(&str) -> Option<Version>,
+) -> (Missing, Vec<String>) {
+    missing.retain(|oid, need| local_version(oid) != Some(*need));
+    let mut remove: Vec<String> = remove
+        .into_iter()
+        .filter(|oid| local_version(oid).is_some())
+        .collect();
+    remove.sort();
+    (missing, remove)
 }
 
 #[cfg(test)]
@@ -376,6 +454,61 @@ mod tests {
             merged.log.find_reqid(&ReqId { client: 1, tid: 5 }),
             Some(v(2, 5))
         );
+    }
+
+    #[test]
+    fn appending_after_the_head_agrees_with_the_whole_merge() {
+        let base = vec![
+            modify(v(1, 1), Version::ZERO, "a"),
+            modify(v(1, 2), Version::ZERO, "b"),
+            modify(v(1, 3), Version::ZERO, "d"),
+        ];
+        let mine = PgLog::new(Version::ZERO, base.clone());
+        let earlier = Missing::from([("d".to_string(), v(1, 3))]);
+        let newer = vec![
+            modify(v(2, 4), v(1, 1), "a"),
+            delete(v(2, 5), v(1, 2), "b"),
+            modify(v(2, 6), Version::ZERO, "c"),
+            modify(v(2, 7), v(2, 6), "c"),
+            delete(v(2, 8), v(1, 3), "d"),
+        ];
+        let mut auth = base;
+        auth.extend(newer.iter().cloned());
+        // "a" is already at the needed version here (a push landed).
+        let local = |oid: &str| match oid {
+            "a" => Some(v(2, 4)),
+            "b" => Some(v(1, 2)),
+            _ => None,
+        };
+        let whole = merge(&mine, &earlier, Version::ZERO, v(2, 8), &auth, local).unwrap();
+        let appended = append_after_head(&mine, &earlier, &newer, local).unwrap();
+        assert_eq!(appended.missing, whole.missing);
+        assert_eq!(appended.remove, whole.remove);
+        assert_eq!(
+            appended.missing,
+            Missing::from([("c".to_string(), v(2, 7))])
+        );
+        assert_eq!(appended.remove, vec!["b".to_string()]);
+        let mut grown = mine.clone();
+        for e in newer.clone() {
+            grown.append(e);
+        }
+        let ours: Vec<_> = grown.entries().cloned().collect();
+        let theirs: Vec<_> = whole.log.entries().cloned().collect();
+        assert_eq!(ours, theirs);
+        assert_eq!(grown.head(), whole.log.head());
+
+        // Nothing newer: nothing changes.
+        let none = append_after_head(&mine, &earlier, &[], local).unwrap();
+        assert_eq!(none.missing, earlier);
+        assert!(none.remove.is_empty());
+
+        // An entry at or before the head is not an append.
+        let stale = vec![modify(v(1, 3), v(1, 2), "b")];
+        assert!(matches!(
+            append_after_head(&mine, &earlier, &stale, local),
+            Err(MergeError::Conflict { .. })
+        ));
     }
 
     #[test]

@@ -309,6 +309,9 @@ pub struct Pg {
     pub(crate) scrub_builds: HashMap<u64, scrub::MapBuild>,
     /// What the last scrub found (and repair has not fixed yet).
     pub(crate) inconsistent: Vec<cairn_wire::Inconsistent>,
+    /// When this peering attempt began and when each step ended (for the
+    /// log line that says where the time to active went).
+    pub(crate) peering_steps: peering::Steps,
 }
 
 impl Pg {
@@ -390,6 +393,7 @@ impl Pg {
             scrub_requested: None,
             scrub_builds: HashMap::new(),
             inconsistent: Vec::new(),
+            peering_steps: peering::Steps::default(),
         }
     }
 
@@ -619,9 +623,19 @@ impl Pg {
             PgBody::Activate {
                 act,
                 info,
+                base,
                 entries,
                 backfill,
-            } => self.activate_replica(ctx, from, act, info, entries, backfill),
+            } => {
+                let activation = replica::Activation {
+                    act,
+                    auth: info,
+                    base,
+                    entries,
+                    backfill,
+                };
+                self.activate_replica(ctx, from, activation)
+            }
             PgBody::Activated { act, result } => self.got_activated(ctx, from, act, result),
             PgBody::RepOp { act, entry, txn } => self.apply_repop(ctx, from, act, entry, txn),
             PgBody::RepOpReply {

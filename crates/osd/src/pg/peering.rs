@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cairn_types::{OsdId, Version};
-use cairn_wire::{ActId, LogEntry, OpError, PgBody, PgInfo};
+use cairn_wire::{ActId, LogBase, LogEntry, OpError, PgBody, PgInfo};
 
 use super::log::{self, Merged, Missing};
 use super::persist;
@@ -56,9 +56,48 @@ pub(crate) struct Peered {
     pub merged: Option<Merged>,
 }
 
+/// When a peering attempt began and when each of its steps ended.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    began: Duration,
+    ended: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn begin(&mut self, now: Duration) {
+        self.began = now;
+        self.ended.clear();
+    }
+
+    fn end(&mut self, step: &'static str, now: Duration) {
+        self.ended.push((step, now));
+    }
+
+    /// "N ms (step a ms, step b ms, ...)", for the log line at activation.
+    fn describe(&self, now: Duration) -> String {
+        let ms = |d: Duration| d.as_millis();
+        let mut at = self.began;
+        let parts: Vec<String> = self
+            .ended
+            .iter()
+            .map(|&(step, end)| {
+                let took = end.saturating_sub(at);
+                at = end;
+                format!("{step} {}", ms(took))
+            })
+            .collect();
+        format!(
+            "{} ms ({})",
+            ms(now.saturating_sub(self.began)),
+            parts.join(", ")
+        )
+    }
+}
+
 impl Pg {
     pub(crate) fn start_peering(&mut self, ctx: &mut Ctx<'_>) {
         self.attempt += 1;
+        self.peering_steps.begin(ctx.now());
         self.peered = None;
         let mut heard = BTreeMap::new();
         heard.insert(ctx.me, self.my_heard());
@@ -277,21 +316,33 @@ impl Pg {
             );
         }
         // The authority: newest last_epoch_started, then newest
-        // last_update, then the longest log, then the lowest id — never
-        // "this OSD", so that every primary that hears the same members
-        // picks the same authority (and agrees on who needs backfill).
+        // last_update, then the longest log; among members equal on all
+        // three, this OSD if it is one (it need not fetch a log that adds
+        // nothing), else the lowest id. Every primary that hears the same
+        // members so picks an authority with the same log tail, and agrees
+        // on who needs backfill.
         let me = ctx.me;
-        let auth = usable
+        let rank = |i: &PgInfo| {
+            (
+                i.last_epoch_started,
+                i.last_update,
+                std::cmp::Reverse(i.log_tail),
+            )
+        };
+        let best = usable.iter().map(|(_, i)| rank(i)).max();
+        let auth = if usable
             .iter()
-            .max_by_key(|(o, i)| {
-                (
-                    i.last_epoch_started,
-                    i.last_update,
-                    std::cmp::Reverse(i.log_tail),
-                    std::cmp::Reverse(*o),
-                )
-            })
-            .map_or(me, |(o, _)| *o);
+            .any(|(o, i)| *o == me && Some(rank(i)) == best)
+        {
+            me
+        } else {
+            usable
+                .iter()
+                .filter(|(_, i)| Some(rank(i)) == best)
+                .map(|(o, _)| *o)
+                .min()
+                .unwrap_or(me)
+        };
         self.choose_acting(ctx, heard, auth);
     }
 
@@ -401,6 +452,7 @@ impl Pg {
             backfill,
             merged: None,
         }));
+        self.peering_steps.end("infos", ctx.now());
         if auth == ctx.me {
             self.phase = Phase::WaitUpThru;
             self.check_up_thru(ctx);
@@ -456,6 +508,7 @@ impl Pg {
                 if let Some(peered) = self.peered.as_mut() {
                     peered.merged = Some(merged);
                 }
+                self.peering_steps.end("log", ctx.now());
                 self.phase = Phase::WaitUpThru;
                 self.check_up_thru(ctx);
             }
@@ -475,6 +528,7 @@ impl Pg {
         let Some(peered) = self.peered.take() else {
             return self.restart_peering(ctx);
         };
+        self.peering_steps.end("up_thru", ctx.now());
         let act = ActId {
             epoch: self.interval_since,
             attempt: self.attempt,
@@ -518,16 +572,27 @@ impl Pg {
             .filter(|&o| o != ctx.me)
             .chain(peered.backfill.iter().copied())
             .collect();
-        let entries: Vec<LogEntry> = self.log.entries().cloned().collect();
+        let whole: Vec<LogEntry> = self.log.entries().cloned().collect();
         for &member in &members {
+            let backfill = peered.backfill.contains(&member);
+            let base = if backfill {
+                None
+            } else {
+                peered.heard.get(&member).and_then(|h| self.log_base(h))
+            };
+            let entries = match &base {
+                Some(b) => self.log.entries_after(b.version).cloned().collect(),
+                None => whole.clone(),
+            };
             ctx.send(
                 member,
                 self.id,
                 PgBody::Activate {
                     act,
                     info: self.info.clone(),
-                    entries: entries.clone(),
-                    backfill: peered.backfill.contains(&member),
+                    base,
+                    entries,
+                    backfill,
                 },
             );
         }
@@ -542,6 +607,19 @@ impl Pg {
         waiting.insert(ctx.me);
         self.phase = Phase::Activating { waiting };
         tracing::debug!("pg {}: activating {act}", self.id);
+    }
+
+    /// Where a complete member's log meets this (authoritative) one: its
+    /// newest entry, if this log holds it. Such a member needs only the
+    /// entries after it, and has none that diverge (a version is assigned
+    /// once, by its interval's primary, and members take entries in order).
+    fn log_base(&self, heard: &Heard) -> Option<LogBase> {
+        let head = heard.usable()?.last_update;
+        let entry = self.log.get(head)?;
+        Some(LogBase {
+            version: head,
+            oid: entry.oid.clone(),
+        })
     }
 
     pub(crate) fn activation_committed(
@@ -597,11 +675,13 @@ impl Pg {
     fn go_active(&mut self, ctx: &mut Ctx<'_>) {
         self.phase = Phase::Active;
         let serving = self.mapping.acting.osds.len() as u32 >= self.mapping.min_size;
+        self.peering_steps.end("activation", ctx.now());
         tracing::info!(
-            "pg {}: active in interval {} with {:?}{}",
+            "pg {}: active in interval {} with {:?} after {}{}",
             self.id,
             self.interval_since,
             self.mapping.acting.osds,
+            self.peering_steps.describe(ctx.now()),
             if serving {
                 ""
             } else {

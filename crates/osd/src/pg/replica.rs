@@ -8,7 +8,7 @@
 
 use cairn_store::{ObjectId, Transaction};
 use cairn_types::{Epoch, OsdId, Version};
-use cairn_wire::{ActId, Backfill, LogEntry, LogOp, ObjectCopy, PgBody, PgInfo};
+use cairn_wire::{ActId, Backfill, LogBase, LogEntry, LogOp, ObjectCopy, PgBody, PgInfo};
 
 use super::log::{self, Missing, PgLog};
 use super::persist::{self, VERSION_ATTR};
@@ -27,6 +27,17 @@ pub(crate) struct PullAnswer {
     pub copies: Vec<Option<ObjectCopy>>,
     pub pending: usize,
     pub error: Option<String>,
+}
+
+/// An activation from the primary (see [`PgBody::Activate`]).
+#[derive(Debug)]
+pub(crate) struct Activation {
+    pub act: ActId,
+    /// The authoritative info.
+    pub auth: PgInfo,
+    pub base: Option<LogBase>,
+    pub entries: Vec<LogEntry>,
+    pub backfill: bool,
 }
 
 impl Pg {
@@ -78,15 +89,14 @@ impl Pg {
         self.replica_act == Some((from, act))
     }
 
-    pub(crate) fn activate_replica(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: OsdId,
-        act: ActId,
-        auth: PgInfo,
-        entries: Vec<LogEntry>,
-        backfill: bool,
-    ) {
+    pub(crate) fn activate_replica(&mut self, ctx: &mut Ctx<'_>, from: OsdId, a: Activation) {
+        let Activation {
+            act,
+            auth,
+            base,
+            entries,
+            backfill,
+        } = a;
         let refuse = |ctx: &mut Ctx<'_>, pg, why: String| {
             ctx.send(
                 from,
@@ -131,7 +141,7 @@ impl Pg {
             self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn);
             Ok(())
         } else {
-            self.merge_as_member(ctx, &auth, &entries, &mut txn)
+            self.merge_as_member(ctx, &auth, base.as_ref(), entries, &mut txn)
         };
         if let Err(why) = result {
             // Count this copy incomplete, so the next peering backfills it.
@@ -156,12 +166,14 @@ impl Pg {
         }
     }
 
-    /// Merge the authoritative log into this complete member's.
+    /// Merge the authoritative log (or, with a `base`, its entries after
+    /// this member's newest) into this complete member's.
     fn merge_as_member(
         &mut self,
         ctx: &mut Ctx<'_>,
         auth: &PgInfo,
-        entries: &[LogEntry],
+        base: Option<&LogBase>,
+        entries: Vec<LogEntry>,
         txn: &mut Transaction,
     ) -> Result<(), String> {
         if !self.usable() && self.holds {
@@ -174,32 +186,65 @@ impl Pg {
                 .ok()
                 .flatten()
         };
-        let merged = log::merge(
-            &self.log,
-            &self.missing,
-            auth.log_tail,
-            auth.last_update,
-            entries,
-            local,
-        )
-        .map_err(|e| e.to_string())?;
-        for name in &merged.remove {
+        let Some(base) = base else {
+            let merged = log::merge(
+                &self.log,
+                &self.missing,
+                auth.log_tail,
+                auth.last_update,
+                &entries,
+                local,
+            )
+            .map_err(|e| e.to_string())?;
+            for name in &merged.remove {
+                txn.remove(&ObjectId::new(pg, name.clone()));
+            }
+            if merged.rewritten {
+                persist::log_rewrite(txn, pg, &merged.log);
+            } else {
+                for entry in merged.log.entries_after(self.log.head()) {
+                    persist::log_append(txn, pg, entry);
+                }
+            }
+            persist::missing_rewrite(txn, pg, &merged.missing);
+            self.log = merged.log;
+            self.missing = merged.missing;
+            self.caught_up();
+            return Ok(());
+        };
+        // The entries sent start after `base`: this log must end exactly
+        // there, with the same entry; then the authority's log is ours
+        // followed by them (nothing of ours diverges) and ours only grows.
+        let ours = self.log.get(base.version).map(|e| e.oid.as_str());
+        if self.log.head() != base.version || ours != Some(base.oid.as_str()) {
+            return Err(format!(
+                "its log ends at {} ({ours:?}), not at {} ({:?}) as heard at peering",
+                self.log.head(),
+                base.version,
+                base.oid
+            ));
+        }
+        let appended = log::append_after_head(&self.log, &self.missing, &entries, local)
+            .map_err(|e| e.to_string())?;
+        for name in &appended.remove {
             txn.remove(&ObjectId::new(pg, name.clone()));
         }
-        if merged.rewritten {
-            persist::log_rewrite(txn, pg, &merged.log);
-        } else {
-            for entry in merged.log.entries_after(self.log.head()) {
-                persist::log_append(txn, pg, entry);
-            }
+        for entry in entries {
+            persist::log_append(txn, pg, &entry);
+            self.log.append(entry);
         }
-        persist::missing_rewrite(txn, pg, &merged.missing);
-        self.info.last_update = merged.log.head();
-        self.info.log_tail = merged.log.tail();
-        self.info.backfill = Backfill::Complete;
-        self.log = merged.log;
-        self.missing = merged.missing;
+        self.log.advance_head(auth.last_update);
+        persist::missing_rewrite(txn, pg, &appended.missing);
+        self.missing = appended.missing;
+        self.caught_up();
         Ok(())
+    }
+
+    /// The member's info after taking the authority's log.
+    fn caught_up(&mut self) {
+        self.info.last_update = self.log.head();
+        self.info.log_tail = self.log.tail();
+        self.info.backfill = Backfill::Complete;
     }
 
     /// Take the authoritative log as a backfill target: keep what an
