@@ -120,6 +120,8 @@ def main():
                     help="seconds to wait after writing the image, before the healthy run "
                          "(the disk is still absorbing the fill meanwhile)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--logs", metavar="DIR",
+                    help="copy the daemons' logs here at the end (for slow-write reports)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a configuration setting for the cluster (repeatable)")
     args = ap.parse_args()
@@ -185,6 +187,11 @@ def main():
               f"| {during['iops']:.0f} / {during['p9999_us'] / 1000:.1f} ms | {ratio:.1f}x |")
     finally:
         c.down()
+        if args.logs:
+            os.makedirs(args.logs, exist_ok=True)
+            for name in os.listdir(args.dir):
+                if name.endswith(".log"):
+                    shutil.copy(os.path.join(args.dir, name), args.logs)
 
 
 if __name__ == "__main__":

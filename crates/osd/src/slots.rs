@@ -6,7 +6,11 @@
 //!   arrive (within [`CLIENT_ACTIVE_WINDOW`] of the last), one operation
 //!   (an object, a backfill step) at a time, spaced by the [`Pacer`]'s gap
 //!   (`osd_recovery_sleep_busy`, lengthened while client writes are slower
-//!   than usual). PGs that found no free slot queue for one.
+//!   than usual). Objects clients wait for (a write to an object some
+//!   members miss, below `min_size` holders, or being copied) are not
+//!   paced: they take any of the `osd_recovery_max_active` slots at once,
+//!   since pacing them would slow the very clients it protects. PGs that
+//!   found no free slot queue for one.
 //! - Backfill: at most `osd_max_backfills` PGs backfilling as primary
 //!   (local) and as many as target (remote) — Ceph's reservations. A remote
 //!   reservation is refused when this OSD is too full to take data
@@ -35,6 +39,8 @@ pub struct Slots {
     total: usize,
     next_start: Duration,
     wanting: VecDeque<PgId>,
+    /// PGs with objects clients wait for, queued for any free slot.
+    wanting_urgent: VecDeque<PgId>,
     backfill_max: usize,
     local: BTreeSet<PgId>,
     remote: BTreeSet<PgId>,
@@ -61,6 +67,7 @@ impl Slots {
             total: 0,
             next_start: Duration::ZERO,
             wanting: VecDeque::new(),
+            wanting_urgent: VecDeque::new(),
             backfill_max: backfill_max.max(1),
             local: BTreeSet::new(),
             remote: BTreeSet::new(),
@@ -124,6 +131,18 @@ impl Slots {
         true
     }
 
+    /// Take a recovery slot for an object clients wait for: any of the
+    /// `osd_recovery_max_active` slots, with no spacing.
+    pub fn take_urgent(&mut self, pg: PgId, now: Duration) -> bool {
+        if self.total >= self.recovery_max {
+            return false;
+        }
+        self.total += 1;
+        *self.in_use.entry(pg).or_default() += 1;
+        self.pacer.recovery_started(now);
+        true
+    }
+
     /// Give back one of `pg`'s recovery slots.
     pub fn release(&mut self, pg: PgId, _now: Duration) {
         let Some(n) = self.in_use.get_mut(&pg) else {
@@ -142,6 +161,7 @@ impl Slots {
             self.total -= n;
         }
         self.wanting.retain(|p| *p != pg);
+        self.wanting_urgent.retain(|p| *p != pg);
     }
 
     /// `pg` has recovery work waiting for a slot.
@@ -151,13 +171,29 @@ impl Slots {
         }
     }
 
-    /// PGs to give another try, if a slot could be free.
-    pub fn take_wanting(&mut self, now: Duration) -> Vec<PgId> {
-        let (max, _) = self.budget(now);
-        if self.total >= max || now < self.next_start {
-            return Vec::new();
+    /// `pg` has objects clients wait for, waiting for a slot.
+    pub fn want_urgent(&mut self, pg: PgId) {
+        if !self.wanting_urgent.contains(&pg) {
+            self.wanting_urgent.push_back(pg);
         }
-        self.wanting.drain(..).collect()
+    }
+
+    /// PGs to give another try, if a slot could be free for them.
+    pub fn take_wanting(&mut self, now: Duration) -> Vec<PgId> {
+        let mut pgs = Vec::new();
+        if self.total < self.recovery_max {
+            pgs.extend(self.wanting_urgent.drain(..));
+        }
+        let (max, _) = self.budget(now);
+        if self.total < max && now >= self.next_start {
+            let more: Vec<PgId> = self
+                .wanting
+                .drain(..)
+                .filter(|p| !pgs.contains(p))
+                .collect();
+            pgs.extend(more);
+        }
+        pgs
     }
 
     #[cfg(test)]
@@ -258,6 +294,35 @@ mod tests {
         // Without clients for a while, the idle budget again.
         let idle = t + Duration::from_secs(1);
         assert!(slots.take(pg, idle) && slots.take(pg, idle + Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn objects_clients_wait_for_are_not_paced() {
+        let (a, b) = (PgId::new(1, 0), PgId::new(1, 1));
+        let busy = Duration::from_millis(500);
+        let mut slots = Slots::new(3, Duration::ZERO, Pacer::new(busy, busy, 200), 1, 1);
+        let t = Duration::from_secs(10);
+        slots.client_op(t);
+        assert!(slots.take(a, t));
+        assert!(!slots.take(a, t), "paced: one at a time while clients are served");
+        // Objects clients wait for take the other slots at once...
+        assert!(slots.take_urgent(b, t));
+        assert!(slots.take_urgent(b, t));
+        // ... up to osd_recovery_max_active in all.
+        assert!(!slots.take_urgent(a, t));
+        slots.want_urgent(a);
+        slots.want(b);
+        assert!(slots.take_wanting(t).is_empty(), "no slot free");
+        slots.release(b, t);
+        assert_eq!(
+            slots.take_wanting(t),
+            vec![a],
+            "a free slot goes to the urgent queue; the paced one waits"
+        );
+        slots.release(b, t);
+        slots.release(a, t);
+        assert_eq!(slots.take_wanting(t + busy), vec![b]);
+        assert_eq!(slots.in_use(), 0);
     }
 
     #[test]

@@ -148,11 +148,31 @@ impl Pg {
         order
     }
 
+    /// Take a recovery slot for `oid`: unpaced if clients wait for it.
+    /// Without one, the PG queues for the next (and recovery order puts
+    /// the objects clients wait for first, so none is passed over).
+    fn take_slot(&self, ctx: &mut Ctx<'_>, oid: &str) -> bool {
+        let now = ctx.io.now();
+        let urgent = self
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.urgent.iter().any(|o| o == oid));
+        if urgent {
+            if ctx.slots.take_urgent(self.id, now) {
+                return true;
+            }
+            ctx.slots.want_urgent(self.id);
+        } else if ctx.slots.take(self.id, now) {
+            return true;
+        }
+        ctx.slots.want(self.id);
+        false
+    }
+
     fn pull_missing(&mut self, ctx: &mut Ctx<'_>) {
         let order = self.recovery_order(self.missing.keys().cloned());
         for oid in order {
-            if !ctx.slots.take(self.id, ctx.io.now()) {
-                ctx.slots.want(self.id);
+            if !self.take_slot(ctx, &oid) {
                 return;
             }
             let need = self.missing[&oid];
@@ -361,8 +381,7 @@ impl Pg {
         let order =
             self.recovery_order(wanted.into_iter().filter(|o| !self.missing.contains_key(o)));
         for oid in order {
-            if !ctx.slots.take(self.id, ctx.io.now()) {
-                ctx.slots.want(self.id);
+            if !self.take_slot(ctx, &oid) {
                 return;
             }
             let Some(primary) = self.primary.as_mut() else {
