@@ -77,6 +77,8 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
     let image = args
         .image
         .context("missing --image POOL/NAME (or a subcommand: store, matrix, compare)")?;
+    // Slow ops (`client.op_complaint_time_ms`) are reported on stderr.
+    conf::init_stderr_logging("warn");
     let (pool, name) = admin::split_image(&image)?;
     let rw: RwMode = args.rw.parse()?;
     let spec = BenchSpec {

@@ -79,19 +79,33 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
 
 /// The client options from a configuration.
 pub fn client_options(config: &Config) -> cairn_client::ClientOptions {
-    let timeout = config.client.op_timeout_ms;
+    let ms = |v: u64| (v > 0).then(|| std::time::Duration::from_millis(v));
     cairn_client::ClientOptions {
         mon_addr: config.global.mon_addr.clone(),
-        op_timeout: (timeout > 0).then(|| std::time::Duration::from_millis(timeout)),
+        op_timeout: ms(config.client.op_timeout_ms),
+        op_complaint_time: ms(config.client.op_complaint_time_ms),
     }
+}
+
+/// Set up logging for a command whose standard output is its result (a
+/// benchmark's report): to standard error, `RUST_LOG` winning over `level`.
+pub fn init_stderr_logging(level: &str) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(level))
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Set up logging for a daemon: `RUST_LOG` wins over the configured level.
 pub fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(log_filter(level))
         .with_target(false)
         .try_init();
+}
+
+fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level))
 }

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_map::ClusterMap;
-use cairn_types::{OsdId, PoolId, ReqId};
+use cairn_types::{Epoch, OsdId, PgId, PoolId, ReqId};
 use cairn_wire::{MonCommand, ObjOp, OpError, OpOutput, OsdOp};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -22,6 +22,8 @@ pub struct ClientOptions {
     pub mon_addr: String,
     /// Fail an operation not done in this time; `None` waits as a disk does.
     pub op_timeout: Option<Duration>,
+    /// Log an operation slower than this, with its attempts (`None`: never).
+    pub op_complaint_time: Option<Duration>,
 }
 
 /// How long an admin command may take, including waiting for a lost
@@ -152,6 +154,7 @@ impl Cluster {
             tid: self.next_tid.fetch_add(1, Ordering::Relaxed),
         };
         let mut map_rx = self.map_rx.clone();
+        let mut trail = Trail::new(self.opts.op_complaint_time);
         loop {
             let map = map_rx.borrow_and_update().clone();
             let pool = map
@@ -186,6 +189,11 @@ impl Cluster {
                 oid: oid.to_string(),
                 ops: ops.clone(),
             };
+            trail.note(Attempt::Sent {
+                epoch: map.epoch,
+                pg,
+                osd: primary,
+            });
             let Some(mut rx) = conn.send(op) else {
                 wait_change_or(&mut map_rx, Duration::from_millis(100)).await;
                 continue;
@@ -194,8 +202,12 @@ impl Cluster {
                 tokio::select! {
                     reply = &mut rx => {
                         match reply.map(|r| r.result) {
-                            Ok(Ok(outputs)) => return Ok(outputs),
+                            Ok(Ok(outputs)) => {
+                                trail.done(oid);
+                                return Ok(outputs);
+                            }
                             Ok(Err(OpError::WrongPrimary { epoch } | OpError::Retry { epoch })) => {
+                                trail.note(Attempt::Retry { epoch });
                                 if epoch > map.epoch {
                                     let _ = tokio::time::timeout(
                                         Duration::from_secs(5),
@@ -205,8 +217,12 @@ impl Cluster {
                                     wait_change_or(&mut map_rx, Duration::from_millis(50)).await;
                                 }
                             }
-                            Ok(Err(e)) => return Err(ClientError::Op(e)),
+                            Ok(Err(e)) => {
+                                trail.done(oid);
+                                return Err(ClientError::Op(e));
+                            }
                             Err(_) => {
+                                trail.note(Attempt::ConnectionLost);
                                 // Connection lost: the OSD died or restarted.
                                 wait_change_or(&mut map_rx, Duration::from_millis(100)).await;
                             }
@@ -222,6 +238,7 @@ impl Cluster {
                         let moved = new_map.pool(pool_id).map(|p| (new_map.object_pg(p, oid), new_map.acting(pg)))
                             != Some((pg, acting.clone()));
                         if moved {
+                            trail.note(Attempt::Moved { epoch: new_map.epoch });
                             conn.forget(tid);
                             break;
                         }
@@ -232,7 +249,134 @@ impl Cluster {
     }
 }
 
+/// Attempts of one op kept for its slow-op report, at most.
+const MAX_TRAIL: usize = 16;
+
+/// What happened to one attempt of an op.
+#[derive(Clone, Copy, Debug)]
+enum Attempt {
+    Sent {
+        epoch: Epoch,
+        pg: PgId,
+        osd: OsdId,
+    },
+    /// The OSD answered that the op must go again (a newer map, or the
+    /// PG was not serving).
+    Retry {
+        epoch: Epoch,
+    },
+    /// A new map moved the op's PG: sent again.
+    Moved {
+        epoch: Epoch,
+    },
+    ConnectionLost,
+}
+
+/// An op's attempts with their times, logged if it completes after the
+/// complaint time. Costs a clock read and a push per attempt.
+struct Trail {
+    start: Instant,
+    limit: Option<Duration>,
+    attempts: Vec<(Duration, Attempt)>,
+}
+
+impl Trail {
+    fn new(limit: Option<Duration>) -> Self {
+        Trail {
+            start: Instant::now(),
+            limit,
+            attempts: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, attempt: Attempt) {
+        if self.limit.is_some() && self.attempts.len() < MAX_TRAIL {
+            self.attempts.push((self.start.elapsed(), attempt));
+        }
+    }
+
+    /// Log the op if it was slow.
+    fn done(&self, oid: &str) {
+        if let Some(report) = self.report(oid, self.start.elapsed()) {
+            tracing::warn!("{report}");
+        }
+    }
+
+    /// What to log of an op done after `took`, if that is slow.
+    fn report(&self, oid: &str, took: Duration) -> Option<String> {
+        if took < self.limit? {
+            return None;
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let steps: Vec<String> = self
+            .attempts
+            .iter()
+            .map(|(at, a)| {
+                let what = match a {
+                    Attempt::Sent { epoch, pg, osd } => {
+                        format!("sent to osd.{osd} (pg {pg}, epoch {epoch})")
+                    }
+                    Attempt::Retry { epoch } => format!("retry (epoch {epoch})"),
+                    Attempt::Moved { epoch } => format!("pg moved (epoch {epoch})"),
+                    Attempt::ConnectionLost => "connection lost".to_string(),
+                };
+                format!("{:.0} ms: {what}", ms(*at))
+            })
+            .collect();
+        Some(format!(
+            "slow op on {oid:?}: {:.0} ms; {}",
+            ms(took),
+            steps.join("; ")
+        ))
+    }
+}
+
 /// Wait for a map change or `limit`, whichever is first.
 async fn wait_change_or(rx: &mut watch::Receiver<Arc<ClusterMap>>, limit: Duration) {
     let _ = tokio::time::timeout(limit, rx.changed()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_op_is_reported_with_its_attempts() {
+        let pg = PgId::new(1, 0xf);
+        let mut trail = Trail::new(Some(Duration::from_millis(100)));
+        trail.note(Attempt::Sent {
+            epoch: 12,
+            pg,
+            osd: 0,
+        });
+        trail.note(Attempt::Moved { epoch: 13 });
+        trail.note(Attempt::Sent {
+            epoch: 13,
+            pg,
+            osd: 2,
+        });
+        assert_eq!(trail.report("obj", Duration::from_millis(99)), None);
+        let report = trail.report("obj", Duration::from_millis(206)).unwrap();
+        assert!(
+            report.starts_with("slow op on \"obj\": 206 ms; "),
+            "{report}"
+        );
+        for part in [
+            "sent to osd.0 (pg 1.f, epoch 12)",
+            "pg moved (epoch 13)",
+            "sent to osd.2 (pg 1.f, epoch 13)",
+        ] {
+            assert!(report.contains(part), "{report} lacks {part}");
+        }
+        // Without a complaint time nothing is kept or reported.
+        let mut quiet = Trail::new(None);
+        quiet.note(Attempt::ConnectionLost);
+        assert!(quiet.attempts.is_empty());
+        assert_eq!(quiet.report("obj", Duration::from_secs(60)), None);
+        // At most MAX_TRAIL attempts are kept.
+        for _ in 0..2 * MAX_TRAIL {
+            trail.note(Attempt::Retry { epoch: 14 });
+        }
+        assert_eq!(trail.attempts.len(), MAX_TRAIL);
+    }
 }

@@ -526,6 +526,11 @@ section! {
         /// Fail an op not completed in this many milliseconds (0 = wait
         /// forever, as a disk does).
         op_timeout_ms: u64 = 0, check any;
+        /// An op slower than this many milliseconds is logged (warn) with
+        /// each of its attempts: the epoch, PG and OSD it went to and why
+        /// it was sent again (0 = never). What an OSD reports as slow
+        /// starts when the op reaches it; this counts from the client.
+        op_complaint_time_ms: u64 = 1000, check any;
         /// Object size, in bytes, for new images: a power of two from 4 KiB
         /// to 64 MiB.
         image_default_object_size: u64 = 4 << 20, check object_size;

@@ -304,7 +304,10 @@ mod tests {
         let t = Duration::from_secs(10);
         slots.client_op(t);
         assert!(slots.take(a, t));
-        assert!(!slots.take(a, t), "paced: one at a time while clients are served");
+        assert!(
+            !slots.take(a, t),
+            "paced: one at a time while clients are served"
+        );
         // Objects clients wait for take the other slots at once...
         assert!(slots.take_urgent(b, t));
         assert!(slots.take_urgent(b, t));

@@ -197,6 +197,7 @@ impl TestCluster {
         let opts = ClientOptions {
             mon_addr: config.global.mon_addr.clone(),
             op_timeout: None,
+            op_complaint_time: None,
         };
         Cluster::connect(opts).await.expect("connect")
     }
