@@ -171,7 +171,15 @@ pub(crate) enum Wait {
         version: Version,
     },
     /// A replica's commit of its activation: then it replies.
-    ReplicaActivated { primary: OsdId, act: ActId },
+    ReplicaActivated {
+        primary: OsdId,
+        act: ActId,
+        /// When the activation arrived, and how many log entries it
+        /// brought: logged with the commit, so the wait a primary sees
+        /// can be told from the member's persisting.
+        arrived: Duration,
+        entries: usize,
+    },
     /// The primary's commit of its own activation.
     PrimaryActivated { act: ActId },
     /// A member's commit of pushed objects: then it replies.
@@ -551,7 +559,19 @@ impl Pg {
                     result,
                 },
             ),
-            Wait::ReplicaActivated { primary, act } => {
+            Wait::ReplicaActivated {
+                primary,
+                act,
+                arrived,
+                entries,
+            } => {
+                tracing::info!(
+                    "pg {}: activation {act} from osd.{primary} durable after {} ms \
+                     ({entries} log entries taken, {} objects missing)",
+                    self.id,
+                    ctx.now().saturating_sub(arrived).as_millis(),
+                    self.missing.len()
+                );
                 let result = result.map(|()| {
                     let missing = self.missing.iter().map(|(k, v)| (k.clone(), *v)).collect();
                     (self.info.clone(), missing)

@@ -136,6 +136,8 @@ impl Pg {
         }
         // A reservation granted for an earlier activation ends with it.
         ctx.slots.release_remote(self.id);
+        let arrived = ctx.now();
+        let taken = entries.len();
         let mut txn = Transaction::new();
         let result = if backfill {
             self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn);
@@ -160,7 +162,13 @@ impl Pg {
         self.info.last_epoch_started = act.epoch;
         self.damaged = None;
         persist::save_info(&mut txn, &self.info);
-        match self.submit(ctx, txn, Wait::ReplicaActivated { primary: from, act }) {
+        let wait = Wait::ReplicaActivated {
+            primary: from,
+            act,
+            arrived,
+            entries: taken,
+        };
+        match self.submit(ctx, txn, wait) {
             Ok(()) => self.replica_act = Some((from, act)),
             Err(e) => refuse(ctx, self.id, format!("cannot persist activation: {e}")),
         }
