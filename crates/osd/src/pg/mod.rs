@@ -174,10 +174,12 @@ pub(crate) enum Wait {
     ReplicaActivated {
         primary: OsdId,
         act: ActId,
-        /// When the activation arrived, and how many log entries it
-        /// brought: logged with the commit, so the wait a primary sees
-        /// can be told from the member's persisting.
+        /// When the activation arrived, how long the member took to merge
+        /// it into a transaction, and how many log entries it brought:
+        /// logged with the commit, so the wait a primary sees can be told
+        /// from the member's work and its store's.
         arrived: Duration,
+        merged: Duration,
         entries: usize,
     },
     /// The primary's commit of its own activation.
@@ -563,13 +565,15 @@ impl Pg {
                 primary,
                 act,
                 arrived,
+                merged,
                 entries,
             } => {
                 tracing::info!(
-                    "pg {}: activation {act} from osd.{primary} durable after {} ms \
-                     ({entries} log entries taken, {} objects missing)",
+                    "pg {}: activation {act} from osd.{primary} durable after {} ms, \
+                     merged in {} µs ({entries} log entries taken, {} objects missing)",
                     self.id,
                     ctx.now().saturating_sub(arrived).as_millis(),
+                    merged.as_micros(),
                     self.missing.len()
                 );
                 let result = result.map(|()| {

@@ -166,6 +166,7 @@ impl Pg {
             primary: from,
             act,
             arrived,
+            merged: ctx.now().saturating_sub(arrived),
             entries: taken,
         };
         match self.submit(ctx, txn, wait) {
