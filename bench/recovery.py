@@ -26,9 +26,12 @@ Usage: python3 bench/recovery.py --mode log [--cairn target/release/cairn]
        [--down 60] [--healthy 30] [--settle 20] [--size 1G] [--iodepth 16] [--dir DIR]
        [--set osd.recovery_sleep_busy_ms=200 ...] [--runs 3] [--logs DIR]
 Needs a release build. Prints one markdown table row per run, and JSON with
---json.
+--json. The row's last column is the return's peering, from the daemons'
+logs: the slowest PG's activation after the restart, and the log entries
+the returning OSD took as a member (the catch-up that blocks every PG
+until it is durable).
 """
-import argparse, json, os, platform, shutil, signal, subprocess, sys, threading, time
+import argparse, datetime, json, os, platform, re, shutil, signal, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,6 +111,40 @@ def quantile(bins, q):
 def summary(p):
     """A point without its bins (for the JSON output)."""
     return {k: v for k, v in p.items() if k != "bins"}
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def log_lines(path, since):
+    """Lines of a daemon's log stamped at or after `since` (Unix seconds)."""
+    start = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    try:
+        with open(path) as f:
+            for line in f:
+                line = ANSI.sub("", line)
+                if line[:26] >= start:
+                    yield line
+    except FileNotFoundError:
+        return
+
+
+def return_peering(path, since):
+    """What the returning OSD's peering cost, from the daemons' logs: the
+    slowest PG activation at the primaries after the restart (ms), and the
+    log entries osd.2 took as a member and its slowest activation (ms)."""
+    slowest, entries, member_ms = 0, 0, 0
+    for name in ("osd.0.log", "osd.1.log", "osd.2.log"):
+        for line in log_lines(os.path.join(path, name), since):
+            m = re.search(r"active in interval \S+ with \S.* after (\d+) ms", line)
+            if m:
+                slowest = max(slowest, int(m.group(1)))
+            m = re.search(r"durable after (\d+) ms.*\((\d+) log entries taken", line)
+            if m and name == "osd.2.log":
+                member_ms = max(member_ms, int(m.group(1)))
+                entries += int(m.group(2))
+    return {"slowest_activation_ms": slowest, "member_entries_taken": entries,
+            "member_slowest_durable_ms": member_ms}
 
 
 def write_bytes(pid):
@@ -201,17 +238,19 @@ def run_once(args, index):
                   "worst_window_p9999_us": max(w["p9999_us"] for w in windows),
                   "windows": len(windows)}
         ratio = during["p9999_us"] / healthy["p9999_us"] if healthy["p9999_us"] else float("inf")
+        peering = return_peering(args.dir, restarted)
         out = {"mode": args.mode, "cairn": args.cairn, "settings": args.set, "down_s": args.down,
                "to_clean_s": round(to_clean, 1),
                "restarted_osd_disk_written": moved, "recovery": rec,
                "healthy": summary(healthy), "degraded": summary(degraded), "during_recovery": during,
-               "p9999_ratio": round(ratio, 2),
+               "p9999_ratio": round(ratio, 2), "return_peering": peering,
                "machine": f"{platform.node()} {os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         print(f"| {args.mode} | {out['to_clean_s']} s | {rec['recovered_objects']} / {rec['backfilled_objects']} "
               f"| {rec['bytes'] / 2**20:.0f} MiB | {moved / 2**20:.0f} MiB "
               f"| {healthy['iops']:.0f} / {healthy['p9999_us'] / 1000:.1f} ms "
               f"| {degraded['iops']:.0f} / {degraded['p9999_us'] / 1000:.1f} ms "
-              f"| {during['iops']:.0f} / {during['p9999_us'] / 1000:.1f} ms | {ratio:.1f}x |", flush=True)
+              f"| {during['iops']:.0f} / {during['p9999_us'] / 1000:.1f} ms | {ratio:.1f}x "
+              f"| {peering['slowest_activation_ms']} ms / {peering['member_entries_taken']} |", flush=True)
         return out, healthy["bins"], [b for w in windows for b in w["bins"]]
     finally:
         c.down()
