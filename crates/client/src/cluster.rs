@@ -273,11 +273,13 @@ enum Attempt {
 }
 
 /// An op's attempts with their times, logged if it completes after the
-/// complaint time. Costs a clock read and a push per attempt.
+/// complaint time. Costs a clock read per attempt; the first attempt (most
+/// ops' only one) is kept inline, so only retried ops allocate.
 struct Trail {
     start: Instant,
     limit: Option<Duration>,
-    attempts: Vec<(Duration, Attempt)>,
+    first: Option<(Duration, Attempt)>,
+    more: Vec<(Duration, Attempt)>,
 }
 
 impl Trail {
@@ -285,14 +287,24 @@ impl Trail {
         Trail {
             start: Instant::now(),
             limit,
-            attempts: Vec::new(),
+            first: None,
+            more: Vec::new(),
         }
     }
 
     fn note(&mut self, attempt: Attempt) {
-        if self.limit.is_some() && self.attempts.len() < MAX_TRAIL {
-            self.attempts.push((self.start.elapsed(), attempt));
+        if self.limit.is_none() || self.len() >= MAX_TRAIL {
+            return;
         }
+        let step = (self.start.elapsed(), attempt);
+        match self.first {
+            None => self.first = Some(step),
+            Some(_) => self.more.push(step),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
     }
 
     /// Log the op if it was slow.
@@ -309,8 +321,9 @@ impl Trail {
         }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let steps: Vec<String> = self
-            .attempts
+            .first
             .iter()
+            .chain(&self.more)
             .map(|(at, a)| {
                 let what = match a {
                     Attempt::Sent { epoch, pg, osd } => {
@@ -371,12 +384,12 @@ mod tests {
         // Without a complaint time nothing is kept or reported.
         let mut quiet = Trail::new(None);
         quiet.note(Attempt::ConnectionLost);
-        assert!(quiet.attempts.is_empty());
+        assert_eq!(quiet.len(), 0);
         assert_eq!(quiet.report("obj", Duration::from_secs(60)), None);
         // At most MAX_TRAIL attempts are kept.
         for _ in 0..2 * MAX_TRAIL {
             trail.note(Attempt::Retry { epoch: 14 });
         }
-        assert_eq!(trail.attempts.len(), MAX_TRAIL);
+        assert_eq!(trail.len(), MAX_TRAIL);
     }
 }
