@@ -192,6 +192,8 @@ pub enum MergeError {
         ours: String,
         theirs: String,
     },
+    #[error("the authoritative entries are out of order: {at} follows {after}")]
+    Unordered { after: Version, at: Version },
 }
 
 /// Merge the authoritative log (`auth_tail`, `auth`, up to `auth_head`)
@@ -336,10 +338,13 @@ pub fn append_after_head(
             });
         }
     }
-    assert!(
-        entries.windows(2).all(|w| w[0].version < w[1].version),
-        "authoritative entries out of order"
-    );
+    // From a peer: out of order is refused, never applied.
+    if let Some(w) = entries.windows(2).find(|w| w[0].version >= w[1].version) {
+        return Err(MergeError::Unordered {
+            after: w[0].version,
+            at: w[1].version,
+        });
+    }
     let mut missing = my_missing.clone();
     let mut remove = HashSet::new();
     take_newer(&mut missing, &mut remove, entries.iter());
@@ -508,6 +513,12 @@ mod tests {
         assert!(matches!(
             append_after_head(&mine, &earlier, &stale, local),
             Err(MergeError::Conflict { .. })
+        ));
+        // Entries out of order (a malformed activation) are refused.
+        let unordered = vec![newer[1].clone(), newer[0].clone()];
+        assert!(matches!(
+            append_after_head(&mine, &earlier, &unordered, local),
+            Err(MergeError::Unordered { .. })
         ));
     }
 

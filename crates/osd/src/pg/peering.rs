@@ -572,7 +572,6 @@ impl Pg {
             .filter(|&o| o != ctx.me)
             .chain(peered.backfill.iter().copied())
             .collect();
-        let whole: Vec<LogEntry> = self.log.entries().cloned().collect();
         for &member in &members {
             let backfill = peered.backfill.contains(&member);
             let base = if backfill {
@@ -582,7 +581,7 @@ impl Pg {
             };
             let entries = match &base {
                 Some(b) => self.log.entries_after(b.version).cloned().collect(),
-                None => whole.clone(),
+                None => self.log.entries().cloned().collect(),
             };
             ctx.send(
                 member,
