@@ -154,7 +154,7 @@ impl Cluster {
             tid: self.next_tid.fetch_add(1, Ordering::Relaxed),
         };
         let mut map_rx = self.map_rx.clone();
-        let mut trail = Trail::new(self.opts.op_complaint_time);
+        let mut trail = Trail::new(oid, self.opts.op_complaint_time);
         loop {
             let map = map_rx.borrow_and_update().clone();
             let pool = map
@@ -203,7 +203,7 @@ impl Cluster {
                     reply = &mut rx => {
                         match reply.map(|r| r.result) {
                             Ok(Ok(outputs)) => {
-                                trail.done(oid);
+                                trail.done();
                                 return Ok(outputs);
                             }
                             Ok(Err(OpError::WrongPrimary { epoch } | OpError::Retry { epoch })) => {
@@ -218,7 +218,7 @@ impl Cluster {
                                 }
                             }
                             Ok(Err(e)) => {
-                                trail.done(oid);
+                                trail.done();
                                 return Err(ClientError::Op(e));
                             }
                             Err(_) => {
@@ -249,6 +249,9 @@ impl Cluster {
     }
 }
 
+/// How the report names an op that ended without a reply.
+const ABANDONED: &str = "op ended without a reply (timed out, dropped or failed)";
+
 /// Attempts of one op kept for its slow-op report, at most.
 const MAX_TRAIL: usize = 16;
 
@@ -273,19 +276,25 @@ enum Attempt {
 }
 
 /// An op's attempts with their times, logged if it completes after the
-/// complaint time. Costs a clock read per attempt; the first attempt (most
-/// ops' only one) is kept inline, so only retried ops allocate.
-struct Trail {
+/// complaint time, or if it is abandoned after it (the op timeout passed,
+/// or its caller dropped it). Costs a clock read per attempt; the first
+/// attempt (most ops' only one) is kept inline, so only retried ops
+/// allocate.
+struct Trail<'a> {
+    oid: &'a str,
     start: Instant,
+    finished: bool,
     limit: Option<Duration>,
     first: Option<(Duration, Attempt)>,
     more: Vec<(Duration, Attempt)>,
 }
 
-impl Trail {
-    fn new(limit: Option<Duration>) -> Self {
+impl<'a> Trail<'a> {
+    fn new(oid: &'a str, limit: Option<Duration>) -> Self {
         Trail {
+            oid,
             start: Instant::now(),
+            finished: false,
             limit,
             first: None,
             more: Vec::new(),
@@ -307,15 +316,17 @@ impl Trail {
         usize::from(self.first.is_some()) + self.more.len()
     }
 
-    /// Log the op if it was slow.
-    fn done(&self, oid: &str) {
-        if let Some(report) = self.report(oid, self.start.elapsed()) {
+    /// The op completed (with a result or an error): log it if it was slow.
+    fn done(&mut self) {
+        self.finished = true;
+        if let Some(report) = self.report("slow op", self.start.elapsed()) {
             tracing::warn!("{report}");
         }
     }
 
-    /// What to log of an op done after `took`, if that is slow.
-    fn report(&self, oid: &str, took: Duration) -> Option<String> {
+    /// What to log of an op that ended (`what`) after `took`, if that is
+    /// slow.
+    fn report(&self, what: &str, took: Duration) -> Option<String> {
         if took < self.limit? {
             return None;
         }
@@ -337,10 +348,24 @@ impl Trail {
             })
             .collect();
         Some(format!(
-            "slow op on {oid:?}: {:.0} ms; {}",
+            "{what} on {:?}: {:.0} ms; {}",
+            self.oid,
             ms(took),
             steps.join("; ")
         ))
+    }
+}
+
+impl Drop for Trail<'_> {
+    /// An op that ends without a reply (its timeout passed, its caller
+    /// dropped it, or the map was lost) is the slowest kind: report it too.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let Some(report) = self.report(ABANDONED, self.start.elapsed()) {
+            tracing::warn!("{report}");
+        }
     }
 }
 
@@ -356,7 +381,7 @@ mod tests {
     #[test]
     fn a_slow_op_is_reported_with_its_attempts() {
         let pg = PgId::new(1, 0xf);
-        let mut trail = Trail::new(Some(Duration::from_millis(100)));
+        let mut trail = Trail::new("obj", Some(Duration::from_millis(100)));
         trail.note(Attempt::Sent {
             epoch: 12,
             pg,
@@ -368,8 +393,8 @@ mod tests {
             pg,
             osd: 2,
         });
-        assert_eq!(trail.report("obj", Duration::from_millis(99)), None);
-        let report = trail.report("obj", Duration::from_millis(206)).unwrap();
+        assert_eq!(trail.report("slow op", Duration::from_millis(99)), None);
+        let report = trail.report("slow op", Duration::from_millis(206)).unwrap();
         assert!(
             report.starts_with("slow op on \"obj\": 206 ms; "),
             "{report}"
@@ -381,11 +406,18 @@ mod tests {
         ] {
             assert!(report.contains(part), "{report} lacks {part}");
         }
+        let gave_up = trail.report(ABANDONED, Duration::from_secs(5)).unwrap();
+        assert!(gave_up.starts_with("op ended without a reply"), "{gave_up}");
+        trail.done();
+        assert!(
+            trail.finished,
+            "a completed op is not reported again when dropped"
+        );
         // Without a complaint time nothing is kept or reported.
-        let mut quiet = Trail::new(None);
+        let mut quiet = Trail::new("obj", None);
         quiet.note(Attempt::ConnectionLost);
         assert_eq!(quiet.len(), 0);
-        assert_eq!(quiet.report("obj", Duration::from_secs(60)), None);
+        assert_eq!(quiet.report("slow op", Duration::from_secs(60)), None);
         // At most MAX_TRAIL attempts are kept.
         for _ in 0..2 * MAX_TRAIL {
             trail.note(Attempt::Retry { epoch: 14 });
