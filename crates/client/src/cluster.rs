@@ -336,7 +336,7 @@ impl<'a> Trail<'a> {
             .iter()
             .chain(&self.more)
             .map(|(at, a)| {
-                let what = match a {
+                let step = match a {
                     Attempt::Sent { epoch, pg, osd } => {
                         format!("sent to osd.{osd} (pg {pg}, epoch {epoch})")
                     }
@@ -344,7 +344,7 @@ impl<'a> Trail<'a> {
                     Attempt::Moved { epoch } => format!("pg moved (epoch {epoch})"),
                     Attempt::ConnectionLost => "connection lost".to_string(),
                 };
-                format!("{:.0} ms: {what}", ms(*at))
+                format!("{:.0} ms: {step}", ms(*at))
             })
             .collect();
         Some(format!(
@@ -411,7 +411,7 @@ mod tests {
         trail.done();
         assert!(
             trail.finished,
-            "a completed op is not reported again when dropped"
+            "done() marks the op finished, so dropping it reports nothing more"
         );
         // Without a complaint time nothing is kept or reported.
         let mut quiet = Trail::new("obj", None);
