@@ -31,6 +31,25 @@ pub struct LogEntry {
     pub reqid: Option<ReqId>,
     pub oid: String,
     pub op: LogOp,
+    /// Older entries of the same object this one stands for, oldest first
+    /// (with some, `prior_version` is the oldest one's prior):
+    /// a log sent to a member catching up keeps only the newest entry per
+    /// object, and the older ones' versions and request ids ride here, so
+    /// the member still knows every version in its log's range (a merge
+    /// tells history from divergence by them) and still answers a resent
+    /// request exactly once. Empty for an entry as written.
+    pub superseded: Vec<Superseded>,
+}
+
+/// An older entry folded into a newer one of the same object. The folded
+/// entries of one entry are the object's every change in the range they
+/// span, oldest first, so each one's prior version follows from the one
+/// before it (the first's is the entry's `prior_version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Superseded {
+    pub version: Version,
+    pub reqid: Option<ReqId>,
+    pub op: LogOp,
 }
 
 /// Where an activation's log entries start: the member's own newest entry
@@ -157,7 +176,8 @@ pub enum PgBody {
         missing: Vec<(String, Version)>,
         damaged: Option<String>,
     },
-    /// Primary → the member with the authoritative log: send it.
+    /// Primary → the member with the authoritative log: send it
+    /// (compacted, as an activation's).
     GetLog { query_epoch: Epoch },
     /// Reply to [`PgBody::GetLog`].
     Log {
@@ -170,7 +190,8 @@ pub enum PgBody {
     /// (rolling back what they lack), and, if `backfill`, count yourself a
     /// backfill target. With a `base`, `entries` are only those after the
     /// member's own newest entry (it is up to date through it); without,
-    /// the whole authoritative log.
+    /// the whole authoritative log. Either way compacted: the newest entry
+    /// per object, the older ones folded into it ([`LogEntry::superseded`]).
     Activate {
         act: ActId,
         info: PgInfo,

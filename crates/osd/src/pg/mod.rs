@@ -175,12 +175,13 @@ pub(crate) enum Wait {
         primary: OsdId,
         act: ActId,
         /// When the activation arrived, how long the member took to merge
-        /// it into a transaction, and how many log entries it brought:
+        /// it into a transaction, and how many log entries it brought
+        /// (of the history, and sent once compacted):
         /// logged with the commit, so the wait a primary sees can be told
         /// from the member's work and its store's.
         arrived: Duration,
         merged: Duration,
-        entries: usize,
+        entries: (usize, usize),
     },
     /// The primary's commit of its own activation.
     PrimaryActivated { act: ActId },
@@ -570,10 +571,12 @@ impl Pg {
             } => {
                 tracing::info!(
                     "pg {}: activation {act} from osd.{primary} durable after {} ms, \
-                     merged in {} µs ({entries} log entries taken, {} objects missing)",
+                     merged in {} µs ({} log entries taken as {}, {} objects missing)",
                     self.id,
                     ctx.now().saturating_sub(arrived).as_millis(),
                     merged.as_micros(),
+                    entries.0,
+                    entries.1,
                     self.missing.len()
                 );
                 let result = result.map(|()| {

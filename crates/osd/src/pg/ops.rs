@@ -334,6 +334,7 @@ impl Pg {
             reqid: Some(op.op.reqid),
             oid: op.op.oid.clone(),
             op: if exists { LogOp::Modify } else { LogOp::Delete },
+            superseded: Vec::new(),
         };
         let replica_txn = data.clone();
         let mut txn = data;

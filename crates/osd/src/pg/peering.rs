@@ -579,9 +579,11 @@ impl Pg {
             } else {
                 peered.heard.get(&member).and_then(|h| self.log_base(h))
             };
+            // Compacted: what a member must fetch or remove depends only on
+            // each object's newest entry (see `log::compact`).
             let entries = match &base {
-                Some(b) => self.log.entries_after(b.version).cloned().collect(),
-                None => self.log.entries().cloned().collect(),
+                Some(b) => log::compact(self.log.entries_after(b.version), b.version),
+                None => log::compact(self.log.entries(), Version::ZERO),
             };
             ctx.send(
                 member,

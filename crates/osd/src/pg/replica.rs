@@ -63,7 +63,7 @@ impl Pg {
             PgBody::Log {
                 query_epoch,
                 info: self.info.clone(),
-                entries: self.log.entries().cloned().collect(),
+                entries: log::compact(self.log.entries(), Version::ZERO),
             },
         );
     }
@@ -137,7 +137,10 @@ impl Pg {
         // A reservation granted for an earlier activation ends with it.
         ctx.slots.release_remote(self.id);
         let arrived = ctx.now();
-        let taken = entries.len();
+        let taken = (
+            entries.iter().map(|e| 1 + e.superseded.len()).sum(),
+            entries.len(),
+        );
         let mut txn = Transaction::new();
         let result = if backfill {
             self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn);
@@ -410,20 +413,19 @@ impl Pg {
         ctx: &Ctx<'_>,
         entry: &LogEntry,
         txn: &mut Transaction,
-    ) -> Option<(usize, Version)> {
+    ) -> Option<Version> {
         persist::log_append(txn, self.id, entry);
         let mut info = self.info.clone();
         info.last_update = entry.version;
         let max = ctx.opts.pg_log_max_entries;
-        let len = self.log.len() + 1;
-        let trim = (len > max + max / 8 + 16).then(|| {
-            let tail = self
-                .log
-                .version_at(len - max - 1)
-                .unwrap_or_else(|| unreachable!("log shorter than its length"));
-            (max, tail)
-        });
-        if let Some((_, tail)) = trim {
+        let added = 1 + entry.superseded.len();
+        let trim = if self.log.weight() + added > max + max / 8 + 16 {
+            // What stays must weigh `max` with the new entry.
+            self.log.trim_point(max.saturating_sub(added))
+        } else {
+            None
+        };
+        if let Some(tail) = trim {
             txn.log_trim(self.id, tail);
             info.log_tail = tail;
         }
@@ -433,17 +435,11 @@ impl Pg {
 
     /// Apply in memory what [`Pg::prepare_append`] put in a submitted
     /// transaction.
-    pub(crate) fn finish_append(&mut self, entry: LogEntry, trim: Option<(usize, Version)>) {
+    pub(crate) fn finish_append(&mut self, entry: LogEntry, trim: Option<Version>) {
         self.info.last_update = entry.version;
         self.log.append(entry);
-        if let Some((keep, tail)) = trim {
-            let trimmed = self.log.trim_to_len(keep);
-            assert_eq!(
-                trimmed,
-                Some(tail),
-                "pg {}: log trimmed to another tail",
-                self.id
-            );
+        if let Some(tail) = trim {
+            self.log.trim_to(tail);
             self.info.log_tail = tail;
         }
     }
