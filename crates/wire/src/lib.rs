@@ -6,6 +6,7 @@
 //! client give meaning. A malformed frame is an error for that connection only.
 
 pub mod conn;
+pub mod folded;
 pub mod frame;
 pub mod msg;
 pub mod pg;

@@ -37,7 +37,9 @@ pub struct LogEntry {
     /// object, and the older ones' versions and request ids ride here, so
     /// the member still knows every version in its log's range (a merge
     /// tells history from divergence by them) and still answers a resent
-    /// request exactly once. Empty for an entry as written.
+    /// request exactly once. Empty for an entry as written. Sent and
+    /// stored packed ([`crate::folded`]).
+    #[serde(with = "crate::folded")]
     pub superseded: Vec<Superseded>,
 }
 

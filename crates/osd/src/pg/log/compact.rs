@@ -96,19 +96,28 @@ pub(super) fn cut(entry: &LogEntry, upto: Version) -> (Option<LogEntry>, Option<
 /// before `after`.
 pub fn compact<'a>(entries: impl Iterator<Item = &'a LogEntry>, after: Version) -> Vec<LogEntry> {
     let entries: Vec<&LogEntry> = entries.collect();
-    let mut newest: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+    // Each entry's object as a small index (one hash per entry), and per
+    // object its newest entry, the oldest folded one's prior version and
+    // the folded so far.
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut object = Vec::with_capacity(entries.len());
+    let mut newest: Vec<usize> = Vec::new();
     for (at, entry) in entries.iter().enumerate() {
-        newest.insert(entry.oid.as_str(), at);
+        let next = index.len();
+        let i = *index.entry(entry.oid.as_str()).or_insert(next);
+        if i == next {
+            newest.push(at);
+        } else {
+            newest[i] = at;
+        }
+        object.push(i);
     }
-    // Per object: the oldest folded entry's prior version, and the folded.
-    let mut folded: HashMap<&str, (Version, Vec<Superseded>)> = HashMap::new();
+    let mut folded: Vec<Option<(Version, Vec<Superseded>)>> = vec![None; newest.len()];
     let mut out = Vec::with_capacity(newest.len());
     for (at, entry) in entries.iter().enumerate() {
-        let oid = entry.oid.as_str();
-        if newest[oid] != at {
-            let (_, list) = folded
-                .entry(oid)
-                .or_insert_with(|| (entry.prior_version, Vec::new()));
+        let i = object[at];
+        if newest[i] != at {
+            let (_, list) = folded[i].get_or_insert_with(|| (entry.prior_version, Vec::new()));
             list.extend(changes(entry).map(|c| Superseded {
                 version: c.version,
                 reqid: c.reqid,
@@ -116,10 +125,12 @@ pub fn compact<'a>(entries: impl Iterator<Item = &'a LogEntry>, after: Version) 
             }));
             continue;
         }
-        let kept = match folded.remove(oid) {
+        let kept = match folded[i].take() {
             Some((prior, mut older)) => {
                 older.extend_from_slice(&entry.superseded);
-                older.sort_unstable_by_key(|s| s.version);
+                if !older.is_sorted_by_key(|s| s.version) {
+                    older.sort_unstable_by_key(|s| s.version);
+                }
                 older.dedup_by_key(|s| s.version);
                 LogEntry {
                     prior_version: prior,

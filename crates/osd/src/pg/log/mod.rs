@@ -42,7 +42,11 @@ pub struct PgLog {
     /// The entries counted with the ones folded into them: what bounds the
     /// log's length.
     weight: usize,
-    reqids: HashMap<ReqId, Version>,
+    /// Request id → the version it was applied at, for every change the
+    /// log stands for. Hashed with foldhash: a caught-up member inserts
+    /// thousands of folded ids before its PG can go active, at a third of
+    /// SipHash's cost (the seed is still random per process).
+    reqids: HashMap<ReqId, Version, foldhash::fast::RandomState>,
 }
 
 /// How many entries of the PG's history `entry` stands for.
@@ -66,7 +70,7 @@ impl PgLog {
             tail,
             head: tail,
             weight: 0,
-            reqids: HashMap::new(),
+            reqids: HashMap::default(),
         };
         for entry in entries {
             log.append(entry);
@@ -159,6 +163,7 @@ impl PgLog {
             self.head()
         );
         self.head = entry.version;
+        self.reqids.reserve(entry.superseded.len() + 1);
         for folded in &entry.superseded {
             if let Some(reqid) = folded.reqid {
                 self.reqids.insert(reqid, folded.version);
@@ -444,7 +449,17 @@ pub fn append_after_head(
     let mut missing = my_missing.clone();
     let mut remove = HashSet::new();
     take_newer(&mut missing, &mut remove, entries.iter());
-    let (missing, remove) = settle(missing, remove, &local_version);
+    // No object here is newer than this log's head (writes and pushes
+    // land with or after their entries), so an object needed at a version
+    // past it is not looked up in the store: after a restart those reads
+    // miss every cache, on the path every client of the PG waits on.
+    let head = mine.head();
+    missing.retain(|oid, need| *need > head || local_version(oid) != Some(*need));
+    let mut remove: Vec<String> = remove
+        .into_iter()
+        .filter(|oid| local_version(oid).is_some())
+        .collect();
+    remove.sort();
     Ok(Appended { missing, remove })
 }
 
