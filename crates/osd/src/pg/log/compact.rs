@@ -99,7 +99,8 @@ pub fn compact<'a>(entries: impl Iterator<Item = &'a LogEntry>, after: Version) 
     // Each entry's object as a small index (one hash per entry), and per
     // object its newest entry, the oldest folded one's prior version and
     // the folded so far.
-    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut index: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(64, Default::default());
     let mut object = Vec::with_capacity(entries.len());
     let mut newest: Vec<usize> = Vec::new();
     for (at, entry) in entries.iter().enumerate() {
