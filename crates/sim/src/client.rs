@@ -21,6 +21,15 @@ pub enum Kind {
     Write(Vec<u8>),
     Remove,
     Read,
+    /// A write sent again under the request id of this client's earlier
+    /// operation `key` (see [`SimClient::next_key`]), as an objecter does
+    /// when it never saw the reply. That operation was acknowledged, so
+    /// this one must not apply again: the model keeps the content last
+    /// acknowledged, and a later read returning `data` is a violation.
+    Resend {
+        key: u64,
+        data: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +114,11 @@ impl SimClient {
         self.pending.len()
     }
 
+    /// The key the next started operation gets (its request id's tid).
+    pub fn next_key(&self) -> u64 {
+        self.next_key
+    }
+
     /// Start an operation on object `obj` if it is idle.
     pub fn start(&mut self, obj: usize, kind: Kind, now: Duration) -> Vec<Send> {
         if self.objects[obj].busy {
@@ -113,9 +127,13 @@ impl SimClient {
         self.objects[obj].busy = true;
         let key = self.next_key;
         self.next_key += 1;
+        let tid = match &kind {
+            Kind::Resend { key: earlier, .. } => *earlier,
+            _ => key,
+        };
         let reqid = ReqId {
             client: self.id as u64 + 1,
-            tid: key,
+            tid,
         };
         self.pending.insert(
             key,
@@ -167,7 +185,7 @@ impl SimClient {
 
     fn ops(kind: &Kind) -> Vec<ObjOp> {
         match kind {
-            Kind::Write(data) => vec![
+            Kind::Write(data) | Kind::Resend { data, .. } => vec![
                 ObjOp::Truncate { size: 0 },
                 ObjOp::Write {
                     offset: 0,
@@ -295,6 +313,8 @@ impl SimClient {
                 obj.acked = Some(data.clone());
                 self.acked_writes += 1;
             }
+            // Applied once already: the content acknowledged since stands.
+            (Kind::Resend { .. }, Ok(_)) => {}
             (Kind::Write(_), Err(OpError::NoSpace)) => {
                 // Refused: nothing applied, the acknowledged content stands
                 // (the final read-back checks exactly that).
@@ -322,6 +342,7 @@ impl SimClient {
                 "{name}: {kind:?} failed: {e}",
                 kind = match kind {
                     Kind::Write(_) => "write",
+                    Kind::Resend { .. } => "resent write",
                     Kind::Remove => "remove",
                     Kind::Read => "read",
                 }

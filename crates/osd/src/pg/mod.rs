@@ -417,6 +417,12 @@ impl Pg {
             .is_some_and(|pool| ctx.map.object_pg(pool, name) == self.id)
     }
 
+    /// The entries this member's log holds, and the entries of the PG's
+    /// history they stand for (more once a catch-up was compacted).
+    pub fn log_size(&self) -> (usize, usize) {
+        (self.log.len(), self.log.weight())
+    }
+
     pub fn role(&self) -> Role {
         self.role
     }
