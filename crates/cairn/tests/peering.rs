@@ -216,10 +216,19 @@ fn the_five_step_sequence_blocks_instead_of_serving_older_data() {
     let reads = rt.block_on(read_all(&image, Duration::from_secs(20)));
     for &obj in &blocked {
         let pg = pg_of(&cluster, &image_id, obj);
-        let state = json(&cluster, &["pg", "query", &pg])["state"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+        // An incomplete PG peers again now and then to look for a copy:
+        // wait out a peering to see which of the two it is.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let state = loop {
+            let state = json(&cluster, &["pg", "query", &pg])["state"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if !state.starts_with("peering") || Instant::now() > deadline {
+                break state;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         if state.starts_with("incomplete") {
             assert!(
                 reads[obj as usize].is_none(),

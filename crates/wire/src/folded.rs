@@ -26,8 +26,9 @@ use crate::pg::{LogOp, Superseded};
 
 const DELETE: u8 = 1;
 const HAS_REQID: u8 = 2;
-/// Folded entries in one log entry at most: more than any log holds.
-pub const MAX_FOLDED: u64 = 1 << 24;
+/// Folded entries in one log entry at most: a sanity bound far above any
+/// log (`pack` never writes more; a frame's size bounds them first).
+pub const MAX_FOLDED: u64 = 1 << 32;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -45,6 +46,11 @@ fn put_delta(out: &mut Vec<u8>, prev: u64, cur: u64) {
 
 /// Encode `folded` in the packed form.
 pub fn pack(folded: &[Superseded]) -> Vec<u8> {
+    assert!(
+        folded.len() as u64 <= MAX_FOLDED,
+        "{} folded entries in one log entry",
+        folded.len()
+    );
     let mut out = Vec::with_capacity(2 + folded.len() * 6);
     put_varint(&mut out, folded.len() as u64);
     let (mut epoch, mut counter, mut client, mut tid) = (0u64, 0u64, 0u64, 0u64);
@@ -107,6 +113,10 @@ impl Reader<'_> {
             }
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
+                // One encoding per value: no zero byte ends a longer one.
+                if b == 0 && shift > 0 {
+                    return Err(UnpackError::Overlong(what));
+                }
                 return Ok(v);
             }
         }
@@ -265,6 +275,11 @@ mod tests {
         flags[1] = 0x84;
         assert_eq!(unpack(&flags), Err(UnpackError::Flags(0x84)));
         assert_eq!(unpack(&[0xff; 11]), Err(UnpackError::Overlong("the count")));
+        // 0 written in two bytes: one encoding per value.
+        assert_eq!(
+            unpack(&[0x80, 0x00]),
+            Err(UnpackError::Overlong("the count"))
+        );
         let mut many = Vec::new();
         put_varint(&mut many, MAX_FOLDED + 1);
         assert_eq!(unpack(&many), Err(UnpackError::TooMany(MAX_FOLDED + 1)));

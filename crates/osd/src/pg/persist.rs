@@ -123,6 +123,12 @@ pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Loaded>, LoadErr
         }
         entries.push(entry);
     }
+    // Folded versions ascend within each entry and appear once.
+    if let Err(e) =
+        super::log::check_order(&entries).and_then(|()| super::log::check_unique(&entries))
+    {
+        return Err(inconsistent(format!("log: {e}")));
+    }
     // A split PG's log may end before last_update (the parent's later
     // entries were for its other objects), never after.
     let newest = entries.last().map_or(info.log_tail, |e| e.version);

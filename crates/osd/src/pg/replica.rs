@@ -143,8 +143,7 @@ impl Pg {
         );
         let mut txn = Transaction::new();
         let result = if backfill {
-            self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn);
-            Ok(())
+            self.merge_as_backfill_target(ctx, &auth, &entries, &mut txn)
         } else {
             self.merge_as_member(ctx, &auth, base.as_ref(), entries, &mut txn)
         };
@@ -268,7 +267,16 @@ impl Pg {
         auth: &PgInfo,
         entries: &[LogEntry],
         txn: &mut Transaction,
-    ) {
+    ) -> Result<(), String> {
+        // From a peer, and taken as this member's log as it is below.
+        log::check_order(entries).map_err(|e| e.to_string())?;
+        log::check_unique(entries).map_err(|e| e.to_string())?;
+        if let Some(early) = entries.first().filter(|e| e.version <= auth.log_tail) {
+            return Err(format!(
+                "log entry {} at or before the log's tail {}",
+                early.version, auth.log_tail
+            ));
+        }
         let pg = self.id;
         let kept = match (&self.info.backfill, &self.damaged) {
             (Backfill::Partial { done_upto }, None) if self.holds => {
@@ -326,6 +334,7 @@ impl Pg {
         self.info.backfill = Backfill::Partial { done_upto };
         self.log = log;
         self.missing = missing;
+        Ok(())
     }
 
     pub(crate) fn apply_repop(
@@ -353,6 +362,11 @@ impl Pg {
         }
         if version <= self.info.last_update {
             return refuse(ctx, self.id, format!("stale version {version}"));
+        }
+        if !entry.superseded.is_empty() {
+            // A write is one change: folded ones come only with catch-ups.
+            let why = format!("write at {version} carries folded entries");
+            return refuse(ctx, self.id, why);
         }
         if !self.owns(ctx, &entry.oid) {
             // A primary that has not split yet: the object is a child's.

@@ -132,7 +132,13 @@ pub fn compact<'a>(entries: impl Iterator<Item = &'a LogEntry>, after: Version) 
                 if !older.is_sorted_by_key(|s| s.version) {
                     older.sort_unstable_by_key(|s| s.version);
                 }
-                older.dedup_by_key(|s| s.version);
+                // A log never holds a version twice (what a member takes
+                // from a peer is checked by `check_unique`).
+                assert!(
+                    older.windows(2).all(|w| w[0].version < w[1].version),
+                    "log holds a version of {oid:?} twice",
+                    oid = entry.oid
+                );
                 LogEntry {
                     prior_version: prior,
                     superseded: older,
@@ -153,7 +159,7 @@ pub fn compact<'a>(entries: impl Iterator<Item = &'a LogEntry>, after: Version) 
 
 /// Refuse entries from a peer whose versions do not ascend: across the
 /// entries, and within each one (its folded versions, then its own).
-pub(super) fn check_order(entries: &[LogEntry]) -> Result<(), MergeError> {
+pub fn check_order(entries: &[LogEntry]) -> Result<(), MergeError> {
     let mut last: Option<Version> = None;
     for entry in entries {
         let mut before = None;
@@ -171,6 +177,26 @@ pub(super) fn check_order(entries: &[LogEntry]) -> Result<(), MergeError> {
             });
         }
         last = Some(entry.version);
+    }
+    Ok(())
+}
+
+/// Refuse entries from a peer that hold a version twice, whole or folded
+/// (a later merge would find two changes at one version).
+pub fn check_unique(entries: &[LogEntry]) -> Result<(), MergeError> {
+    let folded: usize = entries.iter().map(|e| e.superseded.len()).sum();
+    let mut seen: std::collections::HashSet<Version, foldhash::fast::RandomState> =
+        std::collections::HashSet::with_capacity_and_hasher(
+            entries.len() + folded,
+            Default::default(),
+        );
+    for entry in entries {
+        let versions = entry.superseded.iter().map(|s| s.version);
+        for version in versions.chain(std::iter::once(entry.version)) {
+            if !seen.insert(version) {
+                return Err(MergeError::Duplicate { version });
+            }
+        }
     }
     Ok(())
 }

@@ -26,7 +26,8 @@ use cairn_wire::{LogEntry, LogOp};
 
 mod compact;
 pub use compact::compact;
-use compact::{changes, check_order, Change};
+use compact::{changes, Change};
+pub use compact::{check_order, check_unique};
 
 /// Objects a member must fetch, each at exactly the version given.
 pub type Missing = BTreeMap<String, Version>;
@@ -50,7 +51,7 @@ pub struct PgLog {
 }
 
 /// How many entries of the PG's history `entry` stands for.
-fn weight(entry: &LogEntry) -> usize {
+fn weight_of(entry: &LogEntry) -> usize {
     1 + entry.superseded.len()
 }
 
@@ -172,22 +173,28 @@ impl PgLog {
         if let Some(reqid) = entry.reqid {
             self.reqids.insert(reqid, entry.version);
         }
-        self.weight += weight(&entry);
+        self.weight += weight_of(&entry);
         self.entries.push_back(entry);
     }
 
-    /// The tail trimming to a weight of `keep` would leave: the newest
-    /// entry it would drop. `None` if the log weighs no more than that.
+    /// The tail trimming toward a weight of `keep` would leave: the newest
+    /// entry it would drop, dropping the oldest entries only while what
+    /// stays weighs at least `keep`. A compacted entry is dropped whole, so
+    /// the log may stay above `keep` until enough newer entries follow it:
+    /// trimming never takes changes (and their request ids) newer than
+    /// the ones it keeps. `None` if nothing can go.
     pub fn trim_point(&self, keep: usize) -> Option<Version> {
-        let mut excess = self.weight.checked_sub(keep).filter(|&e| e > 0)?;
+        let mut weight = self.weight;
+        let mut tail = None;
         for entry in &self.entries {
-            let w = weight(entry);
-            if w >= excess {
-                return Some(entry.version);
+            let w = weight_of(entry);
+            if weight - w < keep {
+                break;
             }
-            excess -= w;
+            weight -= w;
+            tail = Some(entry.version);
         }
-        unreachable!("log weight {} above its entries'", self.weight)
+        tail
     }
 
     /// Drop the entries at or before `tail`, which becomes the log's tail.
@@ -209,7 +216,7 @@ impl PgLog {
                     }
                 }
             }
-            self.weight -= weight(&entry);
+            self.weight -= weight_of(&entry);
         }
         self.tail = self.tail.max(tail);
     }
@@ -254,6 +261,8 @@ pub enum MergeError {
     },
     #[error("the authoritative entries are out of order: {at} follows {after}")]
     Unordered { after: Version, at: Version },
+    #[error("the authoritative entries hold {version} twice")]
+    Duplicate { version: Version },
 }
 
 /// Merge the authoritative log (`auth_tail`, `auth`, up to `auth_head`)
@@ -280,9 +289,11 @@ pub fn merge(
     let mut auth_by_version: HashMap<Version, &LogEntry> =
         HashMap::with_capacity(auth.len() + folded);
     for entry in auth {
-        auth_by_version.insert(entry.version, entry);
-        for s in &entry.superseded {
-            auth_by_version.insert(s.version, entry);
+        let versions = entry.superseded.iter().map(|s| s.version);
+        for version in versions.chain(std::iter::once(entry.version)) {
+            if auth_by_version.insert(version, entry).is_some() {
+                return Err(MergeError::Duplicate { version });
+            }
         }
     }
     // Our changes after the authority's tail, one per version (an entry
@@ -290,7 +301,7 @@ pub fn merge(
     let mut ours: Vec<Change<'_>> = mine
         .entries_after(auth_tail)
         .flat_map(changes)
-        .filter(|c| c.version > auth_tail)
+        .filter(|c| c.version > auth_tail.max(mine.tail()))
         .collect();
     ours.sort_unstable_by_key(|c| c.version);
     // Our changes the authority does not have are divergent; they form a
@@ -339,7 +350,7 @@ pub fn merge(
             .filter(|c| c.version <= auth_tail)
             .map(|c| c.version)
             .max();
-        kept.unwrap_or(mine.tail())
+        kept.map_or(mine.tail(), |v| v.max(mine.tail()))
     };
     if common < auth_tail {
         return Err(MergeError::DivergesBeforeTail {
@@ -384,7 +395,10 @@ pub fn merge(
     for entry in mine.entries() {
         if let (Some(held), rest) = compact::cut(entry, common) {
             cut_any |= rest.is_some();
-            kept.push(held);
+            // What was folded below our tail is trimmed history.
+            if held.version > mine.tail() {
+                kept.push(held);
+            }
         }
     }
     if cut_any {
@@ -434,8 +448,9 @@ pub fn append_after_head(
             });
         }
     }
-    // From a peer: out of order is refused, never applied.
+    // From a peer: out of order or repeated is refused, never applied.
     check_order(entries)?;
+    check_unique(entries)?;
     if let Some(early) = entries
         .iter()
         .flat_map(|e| e.superseded.iter())

@@ -527,8 +527,10 @@ fn a_compacted_authority_tells_history_from_divergence() {
     // A folded version held for another object is a conflict.
     let auth = compact(history.iter(), Version::ZERO);
     let mut wrong = auth.clone();
-    wrong[2].superseded[0].version = v(1, 2); // "a" claims b's version
-    wrong[2].superseded.sort_by_key(|s| s.version);
+    assert_eq!(wrong[0].oid, "b");
+    wrong.remove(0);
+    wrong[1].superseded[0].version = v(1, 2); // "a" claims b's version
+    wrong[1].superseded.sort_by_key(|s| s.version);
     assert!(matches!(
         merge(
             &mine,
@@ -576,7 +578,7 @@ fn folded_versions_out_of_place_are_refused() {
 }
 
 #[test]
-fn trimming_by_weight_drops_a_compacted_entry_with_its_folded_ids() {
+fn trimming_by_weight_drops_a_compacted_entry_whole_and_only_when_enough_follows() {
     let mut entries = vec![modify(v(1, 4), Version::ZERO, "a")];
     entries[0].superseded = folded(&[v(1, 1), v(1, 2), v(1, 3)]);
     let mut log = PgLog::new(Version::ZERO, entries);
@@ -585,12 +587,78 @@ fn trimming_by_weight_drops_a_compacted_entry_with_its_folded_ids() {
     }
     assert_eq!(log.weight(), 7);
     assert_eq!(log.trim_point(7), None);
-    // Dropping one of the history's entries drops the whole compacted one.
-    assert_eq!(log.trim_point(6), Some(v(1, 4)));
-    assert_eq!(log.trim_to_weight(6), Some(v(1, 4)));
+    // Dropping it would leave less than asked: it stays.
+    assert_eq!(log.trim_point(6), None);
+    assert_eq!(log.trim_point(3), Some(v(1, 4)));
+    assert_eq!(log.trim_to_weight(3), Some(v(1, 4)));
     assert_eq!((log.len(), log.weight(), log.tail()), (3, 3, v(1, 4)));
     assert_eq!(log.find_reqid(&ReqId { client: 1, tid: 2 }), None);
     assert_eq!(log.find_reqid(&ReqId { client: 1, tid: 6 }), Some(v(1, 6)));
+}
+
+#[test]
+fn trimming_never_takes_a_caught_up_objects_newest_writes() {
+    // Thirty writes, then a catch-up of one hot object standing for 33
+    // (the newest of them at 1.63), then one more write: over a limit
+    // of 30, the old writes go and the hot object's stay findable.
+    let mut log = PgLog::new(Version::ZERO, Vec::new());
+    for i in 1..=30 {
+        log.append(modify(v(1, i), Version::ZERO, "old"));
+    }
+    let mut hot = modify(v(1, 63), Version::ZERO, "x");
+    hot.superseded = folded(&(31..=62).map(|i| v(1, i)).collect::<Vec<_>>());
+    log.append(hot);
+    log.append(modify(v(1, 64), Version::ZERO, "y"));
+    assert_eq!(log.weight(), 64);
+    assert_eq!(log.trim_to_weight(29), Some(v(1, 30)));
+    assert_eq!(log.weight(), 34);
+    for tid in [62, 63, 64] {
+        assert_eq!(
+            log.find_reqid(&ReqId { client: 1, tid }),
+            Some(v(1, tid)),
+            "tid {tid}"
+        );
+    }
+}
+
+#[test]
+fn a_shared_change_folded_below_our_tail_merges_without_panic() {
+    // Our tail is 1.10; our only entry x@1.13 folds 1.5 (trimmed history).
+    // The authority holds 1.5 but not 1.13 (ours diverged).
+    let mut x = modify(v(1, 13), Version::ZERO, "x");
+    x.superseded = folded(&[v(1, 5)]);
+    let mine = PgLog::with_head(v(1, 10), v(1, 13), vec![x]);
+    let auth = vec![
+        modify(v(1, 5), Version::ZERO, "x"),
+        modify(v(2, 11), Version::ZERO, "z"),
+    ];
+    let merged = merge(&mine, &Missing::new(), v(1, 4), v(2, 11), &auth, |_| None).expect("merges");
+    assert_eq!(merged.divergent, 1);
+    assert!(merged.log.entries().all(|e| e.version > v(1, 10)));
+    assert_eq!(merged.missing.get("z"), Some(&v(2, 11)));
+}
+
+#[test]
+fn a_version_held_twice_is_refused() {
+    let mine = PgLog::new(Version::ZERO, vec![modify(v(1, 1), Version::ZERO, "a")]);
+    let mut x = modify(v(1, 3), Version::ZERO, "x");
+    x.superseded = folded(&[v(1, 2)]);
+    let twice = vec![modify(v(1, 2), Version::ZERO, "y"), x];
+    assert!(matches!(
+        append_after_head(&mine, &Missing::new(), &twice, |_| None),
+        Err(MergeError::Duplicate { .. })
+    ));
+    assert!(matches!(
+        merge(
+            &mine,
+            &Missing::new(),
+            Version::ZERO,
+            v(1, 3),
+            &twice,
+            |_| None
+        ),
+        Err(MergeError::Duplicate { .. })
+    ));
 }
 
 #[test]
