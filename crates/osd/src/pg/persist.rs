@@ -70,6 +70,33 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     options().deserialize(bytes).map_err(|e| e.to_string())
 }
 
+/// A log entry as stores written before folded entries existed hold it.
+#[derive(serde::Deserialize)]
+struct LogEntryV1 {
+    version: cairn_types::Version,
+    prior_version: cairn_types::Version,
+    reqid: Option<cairn_types::ReqId>,
+    oid: String,
+    op: cairn_wire::LogOp,
+}
+
+/// Decode a stored log entry: the current layout, or exactly the one
+/// before it (no folded entries), which an upgraded OSD still reads so
+/// that upgrading every OSD loses no PG's log. Anything else is an error.
+fn decode_entry(bytes: &[u8]) -> Result<LogEntry, String> {
+    decode::<LogEntry>(bytes).or_else(|current| {
+        let v1: LogEntryV1 = decode(bytes).map_err(|_| current)?;
+        Ok(LogEntry {
+            version: v1.version,
+            prior_version: v1.prior_version,
+            reqid: v1.reqid,
+            oid: v1.oid,
+            op: v1.op,
+            superseded: Vec::new(),
+        })
+    })
+}
+
 pub fn encode<T: Serialize>(value: &T) -> Bytes {
     // Encoding plain data into a Vec cannot fail.
     Bytes::from(options().serialize(value).unwrap_or_else(|e| {
@@ -110,7 +137,7 @@ pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Loaded>, LoadErr
     }
     let mut entries = Vec::new();
     for (version, bytes) in store.read_log(pg).map_err(|e| err("log", e))? {
-        let entry: LogEntry = decode(&bytes).map_err(|reason| LoadError::Decode {
+        let entry = decode_entry(&bytes).map_err(|reason| LoadError::Decode {
             pg,
             what: format!("log entry {version}"),
             reason,
@@ -227,4 +254,54 @@ pub fn missing_rewrite(txn: &mut Transaction, pg: PgId, missing: &Missing) {
 /// Is `name` one of the PG's own metadata objects rather than a client's?
 pub fn is_internal(name: &str) -> bool {
     name.starts_with('\u{1}')
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_types::{ReqId, Version};
+    use cairn_wire::{LogEntry, LogOp, Superseded};
+
+    use super::*;
+
+    #[derive(Serialize)]
+    struct V1 {
+        version: Version,
+        prior_version: Version,
+        reqid: Option<ReqId>,
+        oid: String,
+        op: LogOp,
+    }
+
+    #[test]
+    fn log_entries_of_the_layout_before_folding_still_load() {
+        let reqid = Some(ReqId { client: 3, tid: 9 });
+        let old = V1 {
+            version: Version::new(2, 7),
+            prior_version: Version::new(1, 4),
+            reqid,
+            oid: "obj".into(),
+            op: LogOp::Modify,
+        };
+        let entry = decode_entry(&encode(&old)).expect("the older layout loads");
+        assert_eq!(entry.version, Version::new(2, 7));
+        assert_eq!(entry.prior_version, Version::new(1, 4));
+        assert_eq!((entry.reqid, entry.oid.as_str()), (reqid, "obj"));
+        assert!(entry.superseded.is_empty());
+        // The current layout round-trips, folded entries included.
+        let now = LogEntry {
+            superseded: vec![Superseded {
+                version: Version::new(2, 5),
+                reqid: None,
+                op: LogOp::Delete,
+            }],
+            ..entry
+        };
+        assert_eq!(decode_entry(&encode(&now)), Ok(now));
+        // Neither layout with a byte too many or too few.
+        let mut long = encode(&old).to_vec();
+        long.push(0);
+        assert!(decode_entry(&long).is_err());
+        let short = encode(&old);
+        assert!(decode_entry(&short[..short.len() - 1]).is_err());
+    }
 }
