@@ -225,6 +225,16 @@ impl Pg {
         if matches!(self.phase, Phase::Active) && self.is_clean() {
             return self.remove_strays(ctx);
         }
+        // Objects no member heard at peering holds may be on the stray:
+        // peer again so that it is heard and they can be recovered from it.
+        let unfound = self.primary.as_ref().map_or(0, |p| p.unfound.len());
+        if matches!(self.phase, Phase::Active) && unfound > 0 {
+            tracing::info!(
+                "pg {}: osd.{from} holds a copy and {unfound} objects are unfound; peering again to hear it",
+                self.id
+            );
+            return self.restart_peering(ctx);
+        }
         match &mut self.phase {
             Phase::GetInfo(get)
                 if !get.heard.contains_key(&from) && !get.waiting.contains(&from) =>
