@@ -232,6 +232,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         heartbeat_grace: Duration::from_millis(config.mon.osd_heartbeat_grace_ms),
         fsid_file: Some(dir.join("fsid")),
         crush,
+        boot_catch_up: Duration::from_millis(osd_conf.boot_catch_up_ms),
         core: cairn_osd::CoreOptions {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
             recovery_max_active: osd_conf.recovery_max_active as usize,

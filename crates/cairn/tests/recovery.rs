@@ -113,6 +113,26 @@ fn a_host_killed_under_fio_load_recovers_only_what_was_written_meanwhile() {
         backfilled, 0,
         "the log covered the outage: no backfill expected"
     );
+    // Each returning OSD took the writes it missed from its PGs' primaries
+    // before it booted (`osd.boot_catch_up_ms`), not in the peering its
+    // clients waited for.
+    for osd in ["osd.2", "osd.3"] {
+        let log =
+            std::fs::read_to_string(cluster.path().join(format!("{osd}.log"))).unwrap_or_default();
+        let caught = log
+            .lines()
+            .rev()
+            .filter_map(|l| l.split(": caught up ").nth(1))
+            .find_map(|rest| rest.split(' ').next()?.parse::<u32>().ok());
+        assert!(
+            caught.is_some_and(|pgs| pgs > 0),
+            "{osd} caught up no PG before it booted:\n{}",
+            log.lines()
+                .filter(|l| l.contains("catch"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
     // Everything fio wrote reads back and verifies, through a new connection.
     assert_reads_verify(&uri, "reread", "64M");
 }

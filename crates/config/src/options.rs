@@ -420,6 +420,12 @@ section! {
         /// arrival at the primary to its acknowledgement, is logged with
         /// where its time went (0: never; Ceph's `osd_op_complaint_time`).
         op_complaint_time_ms: u64 = 1000, check any;
+        /// An OSD starting again while the map records it down first asks
+        /// its PGs' primaries for the log entries written while it was away
+        /// and appends them, for at most this many milliseconds, and only
+        /// then boots: the peering that clients wait for at its return then
+        /// merges only what was written meanwhile (0: boot at once).
+        boot_catch_up_ms: u64 = 10000, check any;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

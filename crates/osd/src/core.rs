@@ -24,6 +24,9 @@ use crate::pace::Pacer;
 use crate::pg::{ClientOp, Ctx, MonRequests, Pg, Role, Wait};
 use crate::slots::Slots;
 
+mod catch_up;
+pub use catch_up::CATCH_UP_PER_PRIMARY;
+
 /// OSD behaviour the core needs, from the `[osd]` configuration.
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
@@ -116,6 +119,8 @@ pub struct OsdCore {
     slots: Slots,
     requests: MonRequests,
     stat_rounds: u64,
+    /// The catch-up before boot, while it runs.
+    catch_up: Option<catch_up::CatchUp>,
 }
 
 impl OsdCore {
@@ -154,6 +159,7 @@ impl OsdCore {
             slots,
             requests: MonRequests::default(),
             stat_rounds: 0,
+            catch_up: None,
         }
     }
 
@@ -212,6 +218,7 @@ impl OsdCore {
             return;
         }
         let contiguous = map.epoch == self.map.epoch + 1;
+        let booted = !self.map.is_up(self.id) && map.is_up(self.id);
         self.map = map;
         self.refuse_backfill_if_full();
         self.remove_deleted(io);
@@ -227,6 +234,12 @@ impl OsdCore {
             self.pgs.insert(pg, Pg::load(pg, io, pg_num));
         }
         self.each_pg(io, |pg, ctx| pg.advance_map(ctx, contiguous));
+        if booted {
+            // A stray tells its primary what it holds only once up: one
+            // down could not be asked (see `Pg::new_interval`).
+            let epoch = self.map.epoch;
+            self.each_pg(io, |pg, ctx| pg.notify_if_stray(ctx, epoch));
+        }
         let held = std::mem::take(&mut self.held);
         for item in held {
             match item {
@@ -390,6 +403,9 @@ impl OsdCore {
 
     /// A message from peer OSD `from`.
     pub fn peer_message(&mut self, from: OsdId, msg: PgMessage, io: &mut dyn OsdIo) {
+        if let PgBody::CatchUpLog { base, result } = msg.body {
+            return self.got_catch_up_log(from, msg.pg, base, result, io);
+        }
         let needs_map = matches!(
             msg.body,
             PgBody::Query { .. }
@@ -402,6 +418,22 @@ impl OsdCore {
             return self.hold(Held::Msg(from, msg), io);
         }
         let pgid = msg.pg;
+        if let (PgBody::CatchUp { base }, false) = (&msg.body, self.pgs.contains_key(&pgid)) {
+            let why = format!("osd.{} holds no copy of pg {pgid}", self.id);
+            let body = PgBody::CatchUpLog {
+                base: base.clone(),
+                result: Err(why),
+            };
+            let epoch = self.map.epoch;
+            return io.answer(
+                from,
+                PgMessage {
+                    pg: pgid,
+                    epoch,
+                    body,
+                },
+            );
+        }
         if !self.pgs.contains_key(&pgid) {
             let exists = self
                 .map
@@ -421,6 +453,7 @@ impl OsdCore {
 
     /// The connection to peer `osd` was lost.
     pub fn peer_reset(&mut self, osd: OsdId, io: &mut dyn OsdIo) {
+        self.catch_up_reset(osd);
         self.each_pg(io, |pg, ctx| pg.peer_reset(ctx, osd));
         self.kick_wanting(io);
     }

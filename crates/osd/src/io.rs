@@ -85,6 +85,12 @@ pub trait OsdIo {
     /// all; a lost connection is reported through
     /// [`crate::OsdCore::peer_reset`].
     fn send(&mut self, to: OsdId, msg: PgMessage);
+    /// Answer a peer's request on the connection it came on: a peer still
+    /// down in the map (catching up before it boots) has no address in it
+    /// that reaches its new process.
+    fn answer(&mut self, to: OsdId, msg: PgMessage) {
+        self.send(to, msg);
+    }
     fn reply(&mut self, client: ClientId, reply: OsdOpReply);
     /// Ask the monitor to record this OSD alive through `epoch`.
     fn request_up_thru(&mut self, epoch: Epoch);

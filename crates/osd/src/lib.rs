@@ -22,6 +22,8 @@ pub mod pace;
 pub mod pg;
 mod slots;
 
-pub use crate::core::{CoreOptions, OsdCore, PlantedBug, MAX_HELD, MAX_OID_LEN};
+pub use crate::core::{
+    CoreOptions, OsdCore, PlantedBug, CATCH_UP_PER_PRIMARY, MAX_HELD, MAX_OID_LEN,
+};
 pub use daemon::{Listeners, Osd, OsdError, OsdOptions};
 pub use pg::{Pg, Role};

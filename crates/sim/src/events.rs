@@ -358,6 +358,7 @@ impl Sim {
             }
             Event::OsdTick { osd, inc } => {
                 if self.live(osd, inc) {
+                    self.maybe_end_catch_up(osd);
                     self.with_osd(osd, |core, io| core.tick(io));
                     self.schedule(TICK, Event::OsdTick { osd, inc });
                 }
@@ -412,6 +413,7 @@ impl Sim {
             (Node::Osd(o), NetMsg::Pg(m)) => {
                 if let Node::Osd(f) = from {
                     self.with_osd(o, |core, io| core.peer_message(f, m, io));
+                    self.maybe_end_catch_up(o);
                 }
             }
             (Node::Osd(o), NetMsg::Op(op)) => {
@@ -457,7 +459,7 @@ impl Sim {
         let due = o
             .last_boot
             .is_none_or(|t| now >= t + Duration::from_secs(1));
-        if marked_down && due {
+        if marked_down && due && o.catching_up.is_none() {
             o.last_boot = Some(now);
             self.send(Node::Osd(osd), Node::Mon, NetMsg::Boot);
         }

@@ -67,6 +67,9 @@ pub struct SimConfig {
     pub bitrot: bool,
     /// Random runs may split the pool's PGs (doubling `pg_num`) up to this.
     pub max_pg_num: u32,
+    /// A restarted OSD catches its PGs' logs up from their primaries
+    /// before it boots (as the daemon does with `osd.boot_catch_up_ms`).
+    pub catch_up_before_boot: bool,
     pub planted_bug: Option<PlantedBug>,
 }
 
@@ -89,10 +92,14 @@ impl SimConfig {
             settle: Duration::from_secs(180),
             bitrot: true,
             max_pg_num: 32,
+            catch_up_before_boot: true,
             planted_bug: None,
         }
     }
 }
+
+/// The longest catch-up before boot.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(2);
 
 /// Someone at the end of a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,6 +122,10 @@ pub struct SimOsd {
     incarnation: u64,
     last_commit: Duration,
     last_boot: Option<Duration>,
+    /// Catching up before boot, until this time at the latest.
+    catching_up: Option<Duration>,
+    /// PGs and changes the last catch-up before boot took.
+    pub caught_up: Option<(usize, usize)>,
 }
 
 impl SimOsd {
@@ -171,6 +182,8 @@ impl Sim {
                     incarnation: 0,
                     last_commit: Duration::ZERO,
                     last_boot: None,
+                    catching_up: None,
+                    caught_up: None,
                 },
             );
             sim.start_osd(id);
@@ -268,6 +281,7 @@ impl Sim {
         if o.core.take().is_none() {
             return;
         }
+        o.catching_up = None;
         o.incarnation += 1;
         o.store.crash();
         self.log.push(format!("{:?} kill osd.{osd}", self.now));
@@ -295,14 +309,56 @@ impl Sim {
             effects: &mut effects,
         };
         osd.core = Some(OsdCore::new(id, opts, &mut io));
-        osd.last_boot = Some(now);
+        osd.caught_up = None;
         let inc = osd.incarnation;
-        self.send(Node::Osd(id), Node::Mon, NetMsg::Boot);
+        // As the daemon: the current map first, then the catch-up (if the
+        // map records it down and it holds PGs), then the boot.
+        let map = self.mon.map.clone();
+        self.with_osd(id, |core, io| core.handle_map(map, io));
+        let mut asked = 0;
+        if self.cfg.catch_up_before_boot {
+            self.with_osd(id, |core, io| asked = core.start_catch_up(io));
+        }
+        if asked > 0 {
+            if let Some(o) = self.osds.get_mut(&id) {
+                o.catching_up = Some(now + CATCH_UP_LIMIT);
+            }
+        } else {
+            self.boot(id);
+        }
         self.schedule(Duration::from_millis(100), Event::OsdTick { osd: id, inc });
         self.schedule(
             Duration::from_millis(500),
             Event::OsdHeartbeat { osd: id, inc },
         );
+    }
+
+    /// Send `id`'s boot to the monitor.
+    fn boot(&mut self, id: OsdId) {
+        let now = self.now;
+        if let Some(o) = self.osds.get_mut(&id) {
+            o.last_boot = Some(now);
+        }
+        self.send(Node::Osd(id), Node::Mon, NetMsg::Boot);
+    }
+
+    /// End `id`'s catch-up before boot once every request is answered or
+    /// its time is up, and boot.
+    fn maybe_end_catch_up(&mut self, id: OsdId) {
+        let now = self.now;
+        let Some(o) = self.osds.get_mut(&id) else {
+            return;
+        };
+        let (Some(until), Some(core)) = (o.catching_up, o.core.as_mut()) else {
+            return;
+        };
+        if core.catching_up() && now < until {
+            return;
+        }
+        o.caught_up = core.caught_up();
+        core.end_catch_up();
+        o.catching_up = None;
+        self.boot(id);
     }
 
     /// Cut an OSD off from everyone (its messages and those to it are lost).
@@ -396,12 +452,11 @@ impl Sim {
     /// Damage `client`'s object `obj` on `osd`'s disk.
     pub fn damage(&mut self, osd: OsdId, client: usize, obj: usize, damage: store::Damage) {
         let oid = self.object_id(client, obj);
-        self.log
-            .push(format!("{:?} {damage:?} {oid} on osd.{osd}", self.now));
+        let now = self.now;
         if let Some(o) = self.osds.get_mut(&osd) {
-            match damage {
-                store::Damage::Rot => o.store.corrupt(oid),
-                store::Damage::MediaError => o.store.media_error(oid),
+            let what = format!("{now:?} {damage:?} {oid} on osd.{osd}");
+            if o.store.damage(oid, damage) {
+                self.log.push(what);
             }
         }
     }

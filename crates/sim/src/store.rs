@@ -149,6 +149,9 @@ impl SimStore {
                 panic!("replaying a durable transaction failed: {e}");
             }
         }
+        // Damage to a copy that was never durable went with it.
+        let visible = &self.visible;
+        self.corrupt.retain(|oid, _| visible.stat(oid).is_ok());
     }
 
     /// Run `f` with object reads seeing only committed transactions, as
@@ -169,15 +172,16 @@ impl SimStore {
         }
     }
 
-    /// Bit rot in one object's copy.
-    pub fn corrupt(&mut self, oid: ObjectId) {
-        self.corrupt.insert(oid, Damage::Rot);
-    }
-
-    /// A media error under one object's copy: reads of it fail with EIO
-    /// until it is rewritten.
-    pub fn media_error(&mut self, oid: ObjectId) {
-        self.corrupt.insert(oid, Damage::MediaError);
+    /// Bit rot in one object's copy, or a media error under it (reads of
+    /// it fail with EIO until it is rewritten). Only a copy this store
+    /// holds can be damaged (an OSD that was down through a split still
+    /// holds the object in the parent PG): returns whether it was.
+    pub fn damage(&mut self, oid: ObjectId, damage: Damage) -> bool {
+        if self.visible.stat(&oid).is_err() {
+            return false;
+        }
+        self.corrupt.insert(oid, damage);
+        true
     }
 
     pub fn is_corrupt(&self, oid: &ObjectId) -> bool {
@@ -315,7 +319,7 @@ mod tests {
         store.crash();
         assert!(store.stat(&oid("a")).is_ok());
         assert!(store.stat(&oid("b")).is_err(), "not durable: gone");
-        store.corrupt(oid("a"));
+        assert!(store.damage(oid("a"), Damage::Rot));
         assert!(matches!(
             poll_now(store.read(&oid("a"), 0, 3)),
             Err(StoreError::Checksum { .. })

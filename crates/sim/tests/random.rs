@@ -58,44 +58,65 @@ fn random_faults_lose_no_acknowledged_write() {
     run_all("default", 1, 200, SimConfig::new);
 }
 
-/// Seeds of the default run beyond the first 200 that once failed: 1082
-/// (a compacted entry that was history only in part, rolled back whole)
-/// and 1523 (an object unfound on the one complete member, its copy on a
-/// stray that returned while the PG was active and never asked). Their
-/// paths drift as the code changes, so they guard loosely; the many-seed
-/// runs guard the rest.
+/// Seeds beyond the default counts that once failed: 1082 (a compacted
+/// entry that was history only in part, rolled back whole), 1523 (an
+/// object unfound on the one complete member, its copy on a stray that
+/// returned while the PG was active and never asked), 1907 and short-log
+/// 11676 (an object unfound while its only copy sat on a member that fell
+/// behind the log: now asked of backfill targets and strays too; in 11676
+/// the stray had also notified while still down, when it could not be
+/// asked), three-host 30242 (rot injected under a copy the OSD did not
+/// hold, a harness bug) and 30776 (a PG down for want of an OSD that came
+/// back holding no copy to notify about). Their paths drift as the code
+/// changes, so they guard loosely; the many-seed runs guard the rest.
 #[test]
 fn seeds_that_once_failed_pass() {
     if std::env::var_os("CAIRN_SIM_SEED").is_some() {
         return;
     }
-    for seed in [1082, 1523] {
-        if let Err(e) = random_run(SimConfig::new(seed)) {
+    let configs = [
+        SimConfig::new(1082),
+        SimConfig::new(1523),
+        SimConfig::new(1907),
+        short_log(11_676),
+        three_hosts(30_242),
+        three_hosts(30_776),
+    ];
+    for cfg in configs {
+        if let Err(e) = random_run(cfg) {
             panic!("{e}");
         }
     }
 }
 
-#[test]
-fn random_faults_with_a_short_log_backfill_and_lose_nothing() {
-    run_all("short log", 10_001, 100, |seed| SimConfig {
+fn short_log(seed: u64) -> SimConfig {
+    SimConfig {
         pg_log_max_entries: 4,
         osds: 6,
         pg_num: 16,
         ..SimConfig::new(seed)
-    });
+    }
+}
+
+fn three_hosts(seed: u64) -> SimConfig {
+    SimConfig {
+        osds: 6,
+        osds_per_host: 2,
+        pg_num: 16,
+        ..SimConfig::new(seed)
+    }
+}
+
+#[test]
+fn random_faults_with_a_short_log_backfill_and_lose_nothing() {
+    run_all("short log", 10_001, 100, short_log);
 }
 
 #[test]
 fn random_faults_across_three_hosts_lose_nothing() {
     // Replicas on distinct hosts (two OSDs each): a dead host's PGs stay
     // undersized instead of doubling up, and stand-ins come and go.
-    run_all("three hosts", 30_001, 100, |seed| SimConfig {
-        osds: 6,
-        osds_per_host: 2,
-        pg_num: 16,
-        ..SimConfig::new(seed)
-    });
+    run_all("three hosts", 30_001, 100, three_hosts);
 }
 
 #[test]

@@ -381,3 +381,89 @@ fn a_resent_write_folded_into_a_catch_up_applies_once() {
         Some(&(obj, Some(b"v7".to_vec())))
     );
 }
+
+/// Kill one OSD, write every object `rounds` times, restart it, and run
+/// until the map records it up again: returns the sim and the OSD.
+fn away_while_written(cfg: cairn_sim::SimConfig, rounds: usize) -> (Sim, u32) {
+    let mut sim = started(cfg);
+    let away = 1;
+    write_all(&mut sim, "before");
+    sim.kill(away);
+    sim.mark_down(away);
+    for round in 0..rounds {
+        write_all(&mut sim, &format!("round {round}"));
+    }
+    sim.restart(away);
+    assert!(
+        sim.run_until(WAIT, |s| s.map().is_up(away)),
+        "{}",
+        sim.failure("never booted")
+    );
+    (sim, away)
+}
+
+/// An OSD that comes back after missing writes takes its PGs' log entries
+/// from their primaries before it boots, so that at its boot its log ends
+/// where theirs does (the peering clients wait for then merges nothing),
+/// and everything written meanwhile still reads back once it recovered.
+#[test]
+fn a_returning_osd_takes_the_missed_log_before_it_boots() {
+    let (mut sim, away) = away_while_written(config(31, 3, 8), 5);
+    let (pgs, changes) = sim.osds[&away]
+        .caught_up
+        .expect("the returning OSD caught up before it booted");
+    // 3 OSDs, size 3: every PG written is on it; 8 objects × 5 writes.
+    assert!(pgs > 0, "no PG caught up");
+    assert_eq!(changes, 8 * 5, "changes taken before boot");
+    // At boot, before any peering could bring it more: its logs end
+    // where the primaries' do.
+    for pg in sim.map().all_pgs().collect::<Vec<_>>() {
+        let primary = sim.map().acting(pg).primary().expect("a primary");
+        if primary == away {
+            continue;
+        }
+        let head = |osd: u32| {
+            sim.osds[&osd]
+                .core
+                .as_ref()
+                .and_then(|c| c.pg(pg))
+                .map(|p| p.last_update())
+        };
+        assert_eq!(head(away), head(primary), "pg {pg}: log head at boot");
+    }
+    assert!(
+        sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
+        "{}",
+        sim.failure("not clean after the return")
+    );
+    read_all(&mut sim);
+    assert!(sim.run_until(WAIT, Sim::idle), "{}", sim.failure("reads"));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    for obj in 0..8 {
+        let want = format!("round 4 in object {obj}").into_bytes();
+        assert!(
+            sim.clients[0].reads.contains(&(obj, Some(want))),
+            "object {obj} does not read back its last write"
+        );
+    }
+}
+
+/// Without the catch-up (`osd.boot_catch_up_ms = 0`) the OSD boots at
+/// once, behind, and peering brings it up to date: the same end state.
+#[test]
+fn without_a_catch_up_the_returning_osd_boots_behind() {
+    let cfg = cairn_sim::SimConfig {
+        catch_up_before_boot: false,
+        ..config(31, 3, 8)
+    };
+    let (mut sim, away) = away_while_written(cfg, 5);
+    assert_eq!(sim.osds[&away].caught_up, None);
+    assert!(
+        sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
+        "{}",
+        sim.failure("not clean after the return")
+    );
+    read_all(&mut sim);
+    assert!(sim.run_until(WAIT, Sim::idle), "{}", sim.failure("reads"));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+}

@@ -300,6 +300,20 @@ pub enum PgBody {
     /// A member that holds data of the PG but is not in its up or acting
     /// set → the primary: here is what I hold (a possible recovery source).
     Notify { info: PgInfo },
+
+    // ----- catch-up before boot -----
+    /// An OSD starting again, still down in the map → the PG's acting
+    /// primary: my log ends at `base`; send what follows it. Answered on
+    /// the connection it came on (the map does not have the sender's new
+    /// address yet).
+    CatchUp { base: LogBase },
+    /// Reply to [`PgBody::CatchUp`]: the primary's info and its log after
+    /// `base`, compacted as an activation's; or why not (not active, or
+    /// `base` is not in its log).
+    CatchUpLog {
+        base: LogBase,
+        result: Result<(PgInfo, Vec<LogEntry>), String>,
+    },
 }
 
 /// What scrub learns of one copy of one object.

@@ -14,6 +14,9 @@ use crate::io::{copy_object, execute_reads, ClientId, Done, OsdIo};
 
 pub(crate) struct DaemonIo {
     pub osd: Arc<Osd>,
+    /// The peer connection the event being handled came on, if any: where
+    /// [`OsdIo::answer`] replies.
+    pub incoming: Option<(OsdId, cairn_wire::Sender)>,
 }
 
 impl OsdIo for DaemonIo {
@@ -57,6 +60,15 @@ impl OsdIo for DaemonIo {
 
     fn send(&mut self, to: OsdId, msg: PgMessage) {
         self.osd.peers.send(to, msg);
+    }
+
+    fn answer(&mut self, to: OsdId, msg: PgMessage) {
+        match &self.incoming {
+            Some((from, sender)) if *from == to => {
+                sender.send(Message::Pg(msg));
+            }
+            _ => self.osd.peers.send(to, msg),
+        }
     }
 
     fn reply(&mut self, client: ClientId, reply: OsdOpReply) {

@@ -50,6 +50,9 @@ pub struct OsdOptions {
     pub core: CoreOptions,
     /// Sent with every boot: CRUSH location, device class and size.
     pub crush: cairn_map::crush::DeviceReport,
+    /// Longest catch-up before the first boot (`osd.boot_catch_up_ms`;
+    /// zero: none).
+    pub boot_catch_up: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +121,8 @@ pub struct Osd {
     pub(crate) mon: Mutex<Option<Sender>>,
     /// Wakes the heartbeat loop early (a PG changed state).
     pub(crate) report_now: Notify,
+    /// Set once the catch-up before the first boot is done (or skipped).
+    pub(crate) caught_up: std::sync::atomic::AtomicBool,
     start: Instant,
 }
 
@@ -162,6 +167,7 @@ impl Osd {
                 next_client: AtomicU64::new(1),
                 mon: Mutex::new(None),
                 report_now: Notify::new(),
+                caught_up: std::sync::atomic::AtomicBool::new(false),
                 start,
             }
         });
@@ -186,7 +192,26 @@ impl Osd {
         self: &Arc<Self>,
         f: impl FnOnce(&mut OsdCore, &mut DaemonIo) -> R,
     ) -> R {
-        let mut io = DaemonIo { osd: self.clone() };
+        let mut io = DaemonIo {
+            osd: self.clone(),
+            incoming: None,
+        };
+        let mut core = self.core.lock();
+        f(&mut core, &mut io)
+    }
+
+    /// [`Self::with_core`] for a message that came on a connection peer
+    /// `from` opened: answers go back on it.
+    fn with_core_from<R>(
+        self: &Arc<Self>,
+        from: OsdId,
+        sender: &cairn_wire::Sender,
+        f: impl FnOnce(&mut OsdCore, &mut DaemonIo) -> R,
+    ) -> R {
+        let mut io = DaemonIo {
+            osd: self.clone(),
+            incoming: Some((from, sender.clone())),
+        };
         let mut core = self.core.lock();
         f(&mut core, &mut io)
     }
@@ -255,7 +280,9 @@ impl Osd {
     async fn serve_peer(self: Arc<Self>, from: OsdId, mut conn: Connection) {
         loop {
             match conn.reader.read().await {
-                Ok(Message::Pg(msg)) => self.with_core(|core, io| core.peer_message(from, msg, io)),
+                Ok(Message::Pg(msg)) => self.with_core_from(from, &conn.sender, |core, io| {
+                    core.peer_message(from, msg, io)
+                }),
                 Ok(Message::Ping { nonce }) => {
                     conn.sender.send(Message::Pong { nonce });
                 }

@@ -65,6 +65,9 @@ impl Osd {
         let fsid = first.fsid.clone();
         self.check_fsid(&fsid)?;
         self.take_map(*first);
+        if !self.caught_up.swap(true, Ordering::SeqCst) {
+            self.catch_up_before_boot().await;
+        }
         let boot = Message::OsdBoot {
             id: self.id(),
             addr: self.public_addr.to_string(),
@@ -106,6 +109,25 @@ impl Osd {
         };
         heartbeat.abort();
         result
+    }
+
+    /// Before the first boot, while the map records this OSD down: take
+    /// the log entries its PGs' primaries wrote meanwhile (see
+    /// `OsdCore::start_catch_up`), for at most `boot_catch_up`.
+    async fn catch_up_before_boot(self: &Arc<Self>) {
+        let limit = self.opts.boot_catch_up;
+        if limit.is_zero() {
+            return;
+        }
+        let asked = self.with_core(|core, io| core.start_catch_up(io));
+        if asked == 0 {
+            return;
+        }
+        let deadline = Instant::now() + limit;
+        while self.with_core(|core, _| core.catching_up()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.with_core(|core, _| core.end_catch_up());
     }
 
     /// The map marks this OSD down while it lives: boot again now if its

@@ -1,6 +1,7 @@
 //! Connections this OSD opens to its peers' cluster addresses, one per
 //! peer, for the PG messages it sends them (peers answer on the
-//! connections they open).
+//! connections they open, except a catch-up before this OSD boots, which
+//! they answer on this one).
 //!
 //! A message to a peer with no connection yet starts one and waits for it
 //! (bounded); messages go out in the order they were sent. When a
@@ -186,11 +187,13 @@ async fn connect_to(osd: Arc<Osd>, to: OsdId, addr: String, fsid: String) {
             },
         );
     }
-    // Peers send nothing on this connection but pongs; reading finds its end.
+    // Peers send nothing on this connection but pongs and answers to a
+    // catch-up before boot (see `OsdIo::answer`); reading finds its end.
     let mut reader = conn.reader;
     let reason = loop {
         match reader.read().await {
             Ok(Message::Pong { .. }) => osd.heartbeats.pong(to, std::time::Instant::now()),
+            Ok(Message::Pg(msg)) => osd.with_core(|core, io| core.peer_message(to, msg, io)),
             Ok(_) => continue,
             Err(WireError::Closed) => break "closed".to_string(),
             Err(e) => break e.to_string(),

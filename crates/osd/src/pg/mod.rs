@@ -13,6 +13,7 @@
 //! a member of the acting set is missing.
 
 mod backfill;
+mod catch_up;
 pub mod log;
 mod ops;
 mod peering;
@@ -94,6 +95,13 @@ impl Ctx<'_> {
     pub fn send(&mut self, to: OsdId, pg: PgId, body: PgBody) {
         let epoch = self.map.epoch;
         self.io.send(to, PgMessage { pg, epoch, body });
+    }
+
+    /// Answer `to`'s request on the connection it came on (see
+    /// [`OsdIo::answer`]).
+    pub fn answer(&mut self, to: OsdId, pg: PgId, body: PgBody) {
+        let epoch = self.map.epoch;
+        self.io.answer(to, PgMessage { pg, epoch, body });
     }
 
     pub fn now(&self) -> Duration {
@@ -427,6 +435,11 @@ impl Pg {
         self.role
     }
 
+    /// Where this copy's log ends.
+    pub fn last_update(&self) -> Version {
+        self.info.last_update
+    }
+
     /// Does this OSD's copy count as a complete one?
     pub(crate) fn usable(&self) -> bool {
         self.damaged.is_none() && self.info.backfill.is_complete()
@@ -440,9 +453,12 @@ impl Pg {
         if contiguous && mapping == self.mapping {
             match &self.phase {
                 Phase::WaitUpThru => self.check_up_thru(ctx),
-                // An OSD it waits for was declared lost: peer again.
+                // An OSD it waits for came back (it may hold no copy to
+                // notify about) or was declared lost: peer again.
                 Phase::Down { blocked_by, .. }
-                    if blocked_by.iter().any(|&o| ctx.map.lost_since(o, 0)) =>
+                    if blocked_by
+                        .iter()
+                        .any(|&o| ctx.map.is_up(o) || ctx.map.lost_since(o, 0)) =>
                 {
                     self.restart_peering(ctx)
                 }
@@ -495,7 +511,20 @@ impl Pg {
         match self.role {
             Role::Primary => self.start_peering(ctx),
             Role::Replica => {}
-            Role::Stray => self.notify_primary(ctx),
+            // Down, it could not be asked what it holds (a primary hearing
+            // of it would peer again without it): it tells the primary once
+            // the map records it up (`notify_if_stray`).
+            Role::Stray if ctx.map.is_up(ctx.me) => self.notify_primary(ctx),
+            Role::Stray => {}
+        }
+    }
+
+    /// This OSD came up with the map of `epoch`: as a stray whose interval
+    /// did not begin with it (it notified then), tell the primary what it
+    /// holds.
+    pub(crate) fn notify_if_stray(&mut self, ctx: &mut Ctx<'_>, epoch: Epoch) {
+        if self.role == Role::Stray && self.interval_since != epoch {
+            self.notify_primary(ctx);
         }
     }
 
@@ -713,6 +742,9 @@ impl Pg {
             PgBody::ScrubMap { act, tid, result } => {
                 self.got_scrub_map(ctx, from, act, tid, result)
             }
+            PgBody::CatchUp { base } => self.answer_catch_up(ctx, from, base),
+            // Taken by the core while it catches up (`OsdCore::peer_message`).
+            PgBody::CatchUpLog { .. } => {}
         }
     }
 

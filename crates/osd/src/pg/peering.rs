@@ -218,7 +218,9 @@ impl Pg {
 
     /// A member outside the up and acting sets holds data of this PG.
     pub(crate) fn got_notify(&mut self, ctx: &mut Ctx<'_>, from: OsdId, info: PgInfo) {
-        if self.role != Role::Primary || self.mapping.contains(from) {
+        // A stray down in this map cannot be asked: it notifies again once
+        // up.
+        if self.role != Role::Primary || self.mapping.contains(from) || !ctx.map.is_up(from) {
             return;
         }
         self.strays.insert(from, info);

@@ -218,6 +218,16 @@ impl Pg {
                 candidates.push(o);
             }
         }
+        // Last, copies not counted complete (backfill targets, strays): one
+        // that fell behind the log may still hold this very version, maybe
+        // as its only copy. A source answers only with exactly the version
+        // asked, and a version is one write's result, so a copy taken from
+        // it is that write's.
+        for &o in primary.backfill.keys().chain(self.strays.keys()) {
+            if !candidates.contains(&o) {
+                candidates.push(o);
+            }
+        }
         let Some(source) = candidates
             .into_iter()
             .find(|o| !pull.tried.contains(o) && ctx.map.is_up(*o))

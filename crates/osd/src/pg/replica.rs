@@ -235,24 +235,11 @@ impl Pg {
                 base.oid
             ));
         }
-        let appended = log::append_after_head(&self.log, &self.missing, &entries, local)
-            .map_err(|e| e.to_string())?;
-        for name in &appended.remove {
-            txn.remove(&ObjectId::new(pg, name.clone()));
-        }
-        for entry in entries {
-            persist::log_append(txn, pg, &entry);
-            self.log.append(entry);
-        }
-        self.log.advance_head(auth.last_update);
-        persist::missing_rewrite(txn, pg, &appended.missing);
-        self.missing = appended.missing;
-        self.caught_up();
-        Ok(())
+        self.append_after_own_head(ctx, auth, entries, txn)
     }
 
     /// The member's info after taking the authority's log.
-    fn caught_up(&mut self) {
+    pub(crate) fn caught_up(&mut self) {
         self.info.last_update = self.log.head();
         self.info.log_tail = self.log.tail();
         self.info.backfill = Backfill::Complete;
