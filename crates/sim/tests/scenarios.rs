@@ -402,6 +402,26 @@ fn away_while_written(cfg: cairn_sim::SimConfig, rounds: usize) -> (Sim, u32) {
     (sim, away)
 }
 
+/// Once clean, every object reads back the last of `rounds` rounds of
+/// [`away_while_written`].
+fn recovers_every_last_write(sim: &mut Sim, rounds: usize) {
+    assert!(
+        sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
+        "{}",
+        sim.failure("not clean after the return")
+    );
+    read_all(sim);
+    assert!(sim.run_until(WAIT, Sim::idle), "{}", sim.failure("reads"));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    for obj in 0..sim.clients[0].objects.len() {
+        let want = format!("round {} in object {obj}", rounds - 1).into_bytes();
+        assert!(
+            sim.clients[0].reads.contains(&(obj, Some(want))),
+            "object {obj} does not read back its last write"
+        );
+    }
+}
+
 /// An OSD that comes back after missing writes takes its PGs' log entries
 /// from their primaries before it boots, so that at its boot its log ends
 /// where theirs does (the peering clients wait for then merges nothing),
@@ -431,21 +451,7 @@ fn a_returning_osd_takes_the_missed_log_before_it_boots() {
         };
         assert_eq!(head(away), head(primary), "pg {pg}: log head at boot");
     }
-    assert!(
-        sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
-        "{}",
-        sim.failure("not clean after the return")
-    );
-    read_all(&mut sim);
-    assert!(sim.run_until(WAIT, Sim::idle), "{}", sim.failure("reads"));
-    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
-    for obj in 0..8 {
-        let want = format!("round 4 in object {obj}").into_bytes();
-        assert!(
-            sim.clients[0].reads.contains(&(obj, Some(want))),
-            "object {obj} does not read back its last write"
-        );
-    }
+    recovers_every_last_write(&mut sim, 5);
 }
 
 /// Without the catch-up (`osd.boot_catch_up_ms = 0`) the OSD boots at
@@ -458,12 +464,5 @@ fn without_a_catch_up_the_returning_osd_boots_behind() {
     };
     let (mut sim, away) = away_while_written(cfg, 5);
     assert_eq!(sim.osds[&away].caught_up, None);
-    assert!(
-        sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
-        "{}",
-        sim.failure("not clean after the return")
-    );
-    read_all(&mut sim);
-    assert!(sim.run_until(WAIT, Sim::idle), "{}", sim.failure("reads"));
-    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    recovers_every_last_write(&mut sim, 5);
 }

@@ -12,14 +12,14 @@ use cairn_wire::{Message, ObjOp, OsdOpReply, PgMessage};
 use super::Osd;
 use crate::io::{copy_object, execute_reads, ClientId, Done, OsdIo};
 
-pub(crate) struct DaemonIo {
+pub(crate) struct DaemonIo<'a> {
     pub osd: Arc<Osd>,
     /// The peer connection the event being handled came on, if any: where
     /// [`OsdIo::answer`] replies.
-    pub incoming: Option<(OsdId, cairn_wire::Sender)>,
+    pub incoming: Option<(OsdId, &'a cairn_wire::Sender)>,
 }
 
-impl OsdIo for DaemonIo {
+impl OsdIo for DaemonIo<'_> {
     fn store(&self) -> &dyn ObjectStore {
         self.osd.store.as_ref()
     }

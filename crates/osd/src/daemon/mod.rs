@@ -192,25 +192,19 @@ impl Osd {
         self: &Arc<Self>,
         f: impl FnOnce(&mut OsdCore, &mut DaemonIo) -> R,
     ) -> R {
-        let mut io = DaemonIo {
-            osd: self.clone(),
-            incoming: None,
-        };
-        let mut core = self.core.lock();
-        f(&mut core, &mut io)
+        self.with_core_from(None, f)
     }
 
     /// [`Self::with_core`] for a message that came on a connection peer
-    /// `from` opened: answers go back on it.
+    /// `from` opened (`incoming`): answers go back on it.
     fn with_core_from<R>(
         self: &Arc<Self>,
-        from: OsdId,
-        sender: &cairn_wire::Sender,
+        incoming: Option<(OsdId, &Sender)>,
         f: impl FnOnce(&mut OsdCore, &mut DaemonIo) -> R,
     ) -> R {
         let mut io = DaemonIo {
             osd: self.clone(),
-            incoming: Some((from, sender.clone())),
+            incoming,
         };
         let mut core = self.core.lock();
         f(&mut core, &mut io)
@@ -280,9 +274,10 @@ impl Osd {
     async fn serve_peer(self: Arc<Self>, from: OsdId, mut conn: Connection) {
         loop {
             match conn.reader.read().await {
-                Ok(Message::Pg(msg)) => self.with_core_from(from, &conn.sender, |core, io| {
-                    core.peer_message(from, msg, io)
-                }),
+                Ok(Message::Pg(msg)) => self
+                    .with_core_from(Some((from, &conn.sender)), |core, io| {
+                        core.peer_message(from, msg, io)
+                    }),
                 Ok(Message::Ping { nonce }) => {
                     conn.sender.send(Message::Pong { nonce });
                 }

@@ -73,11 +73,8 @@ impl Pg {
         if self.role != Role::Stray {
             return Err(format!("this OSD is a {:?} of the PG now", self.role));
         }
-        if self.catch_up_base().as_ref() != Some(base) {
-            return Err(format!(
-                "this log no longer ends at {} ({:?})",
-                base.version, base.oid
-            ));
+        if !self.holds || !self.usable() {
+            return Err("this copy is incomplete or damaged".into());
         }
         if auth.pg_num != self.info.pg_num {
             return Err(format!(
@@ -87,23 +84,35 @@ impl Pg {
         }
         let taken = entries.iter().map(|e| 1 + e.superseded.len()).sum();
         let mut txn = Transaction::new();
-        self.append_after_own_head(ctx, auth, entries, &mut txn)?;
+        self.append_after_own_head(ctx, auth, base, entries, &mut txn)?;
         persist::save_info(&mut txn, &self.info);
         self.submit(ctx, txn, Wait::Quiet)
             .map_err(|e| format!("cannot persist the catch-up: {e}"))?;
         Ok(taken)
     }
 
-    /// Append `entries`, the authority's log after this one's head (the
-    /// caller checked it ends where they resume), into `txn` and memory:
-    /// objects they change become missing, objects they remove go.
+    /// Append `entries`, the authority's log after `base`, into `txn` and
+    /// memory: objects they change become missing, objects they remove go.
+    /// This log must end exactly at `base`, with the same entry: then the
+    /// authority's log is ours followed by them (nothing of ours diverges)
+    /// and ours only grows.
     pub(crate) fn append_after_own_head(
         &mut self,
         ctx: &mut Ctx<'_>,
         auth: &PgInfo,
+        base: &LogBase,
         entries: Vec<LogEntry>,
         txn: &mut Transaction,
     ) -> Result<(), String> {
+        let ours = self.log.get(base.version).map(|e| e.oid.as_str());
+        if self.log.head() != base.version || ours != Some(base.oid.as_str()) {
+            return Err(format!(
+                "its log ends at {} ({ours:?}), not at {} ({:?})",
+                self.log.head(),
+                base.version,
+                base.oid
+            ));
+        }
         let store = ctx.io.store();
         let pg = self.id;
         let local = |name: &str| {

@@ -223,19 +223,7 @@ impl Pg {
             self.caught_up();
             return Ok(());
         };
-        // The entries sent start after `base`: this log must end exactly
-        // there, with the same entry; then the authority's log is ours
-        // followed by them (nothing of ours diverges) and ours only grows.
-        let ours = self.log.get(base.version).map(|e| e.oid.as_str());
-        if self.log.head() != base.version || ours != Some(base.oid.as_str()) {
-            return Err(format!(
-                "its log ends at {} ({ours:?}), not at {} ({:?}) as heard at peering",
-                self.log.head(),
-                base.version,
-                base.oid
-            ));
-        }
-        self.append_after_own_head(ctx, auth, entries, txn)
+        self.append_after_own_head(ctx, auth, base, entries, txn)
     }
 
     /// The member's info after taking the authority's log.
