@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cairn and Ceph side by side on this machine, one spec:
 #
-#   bash bench/ceph/compare.sh SPEC.toml OUT [--ssd]
+#   bash bench/ceph/compare.sh SPEC.toml OUT [--ssd] [--rbd-cache]
 #
 # 1. checks the spec (nothing runs if it is bad);
 # 2. installs Ceph from Debian's packages if needed (install.sh);
@@ -17,16 +17,28 @@
 # --ssd makes Ceph apply its SSD settings (bluestore debug enforce settings
 # = ssd); the virtio disk here reports rotational=1, so by default Ceph
 # uses its HDD defaults. Which one was used is in the report.
+#
+# Ceph runs with librbd's cache off (rbd cache = false), so both sides
+# acknowledge a write only once it is durable on every replica.
+# --rbd-cache turns it on; Ceph's writes are then acknowledged from the
+# client's memory, and its description in the report says they were not
+# durable at acknowledgement.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if [ $# -lt 2 ]; then
-  echo "usage: $0 SPEC.toml OUT [--ssd]" >&2
+  echo "usage: $0 SPEC.toml OUT [--ssd] [--rbd-cache]" >&2
   exit 2
 fi
 spec=$(realpath "$1")
 out=$(realpath -m "$2")
-ssd=${3:-}
+ceph_opts=()
+for opt in "${@:3}"; do
+  case $opt in
+  --ssd | --rbd-cache) ceph_opts+=("$opt") ;;
+  *) echo "$0: unknown option $opt (want --ssd or --rbd-cache)" >&2; exit 2 ;;
+  esac
+done
 cairn=${CAIRN:-$root/target/release/cairn}
 if [ ! -x "$cairn" ]; then
   (cd "$root" && cargo build --release)
@@ -50,7 +62,7 @@ mkdir -p "$out"
 bash "$here/install.sh"
 cluster="$out/ceph-cluster"
 trap 'bash "$here/cluster.sh" down "$cluster" >/dev/null 2>&1 || true' EXIT
-bash "$here/cluster.sh" up "$cluster" --osds "$osds" --pg-num "$pg_num" --osd-size "$osd_size" $ssd
+bash "$here/cluster.sh" up "$cluster" --osds "$osds" --pg-num "$pg_num" --osd-size "$osd_size" "${ceph_opts[@]}"
 "$cairn" bench matrix --spec "$spec" --out "$out/ceph" --ceph "$cluster" --force
 bash "$here/cluster.sh" down "$cluster"
 trap - EXIT
