@@ -465,9 +465,12 @@ section! {
         /// BlueStore: when the store has been committing one transaction
         /// at a time and is idle, the submitter of a small transaction
         /// writes its journal record itself instead of handing it to the
-        /// commit thread (lower latency at queue depth 1; the submitting
-        /// thread is busy for that write).
-        bluestore_inline_commits: bool = true, check any;
+        /// commit thread. Lower latency for a store used alone (`cairn
+        /// bench store` at queue depth 1), but in an OSD the submitter is
+        /// its event loop, which then cannot send the write to the
+        /// replicas until its own journal write is done: off by default,
+        /// so the primary's commit and the replicas' overlap.
+        bluestore_inline_commits: bool = false, check any;
         /// BlueStore: checksum of stored data, verified on every read.
         bluestore_csum_type: ChecksumKind = ChecksumKind::Crc32c, check any;
         /// BlueStore: when to compress. Without client hints (not sent
