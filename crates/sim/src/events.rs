@@ -249,7 +249,7 @@ impl Sim {
                     let Some(osd) = self.osds.get_mut(&id) else {
                         continue;
                     };
-                    let at = (now + latency).max(osd.last_commit);
+                    let at = (now + latency + osd.commit_delay).max(osd.last_commit);
                     osd.last_commit = at;
                     self.schedule(
                         at - now,

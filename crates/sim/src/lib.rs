@@ -126,6 +126,9 @@ pub struct SimOsd {
     catching_up: Option<Duration>,
     /// PGs and changes the last catch-up before boot took.
     pub caught_up: Option<(usize, usize)>,
+    /// Added to every commit of this OSD's disk (a slow disk; tests set
+    /// it to hold one member's commits back while the others complete).
+    pub commit_delay: Duration,
 }
 
 impl SimOsd {
@@ -181,6 +184,7 @@ impl Sim {
                     store: SimStore::new(),
                     incarnation: 0,
                     last_commit: Duration::ZERO,
+                    commit_delay: Duration::ZERO,
                     last_boot: None,
                     catching_up: None,
                     caught_up: None,

@@ -139,6 +139,11 @@ impl SimStore {
         }
     }
 
+    /// Transactions applied but not durable yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Power loss: what was not durable is gone.
     pub fn crash(&mut self) {
         self.pending.clear();
