@@ -233,6 +233,10 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         fsid_file: Some(dir.join("fsid")),
         crush,
         boot_catch_up: Duration::from_millis(osd_conf.boot_catch_up_ms),
+        client_limits: cairn_osd::ClientLimits {
+            ops_per_connection: osd_conf.client_message_cap as usize,
+            bytes: osd_conf.client_message_size_cap,
+        },
         core: cairn_osd::CoreOptions {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
             recovery_max_active: osd_conf.recovery_max_active as usize,

@@ -426,6 +426,17 @@ section! {
         /// then boots: the peering that clients wait for at its return then
         /// merges only what was written meanwhile (0: boot at once).
         boot_catch_up_ms: u64 = 10000, check any;
+        /// Client ops one connection may have in flight at this OSD (read
+        /// but not answered; at least 1). Beyond it the OSD stops reading
+        /// that connection until one is answered, so a client sending
+        /// faster than the OSD commits waits in TCP and is never refused
+        /// (Ceph's `osd_client_message_cap`).
+        client_message_cap: u32 = 256, check at_least_one;
+        /// Bytes of client ops (their data) in flight at this OSD over
+        /// every connection; beyond it no client connection is read until
+        /// an answer frees room (at least 1; Ceph's
+        /// `osd_client_message_size_cap`).
+        client_message_size_cap: u64 = 512 << 20, check at_least_one;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

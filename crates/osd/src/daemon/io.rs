@@ -72,9 +72,10 @@ impl OsdIo for DaemonIo<'_> {
     }
 
     fn reply(&mut self, client: ClientId, reply: OsdOpReply) {
-        if let Some(sender) = self.osd.client_sender(client) {
-            sender.send(Message::OsdOpReply(reply));
-        }
+        let tid = reply.tid;
+        self.osd
+            .clients
+            .answer(client, tid, Message::OsdOpReply(reply));
     }
 
     fn request_up_thru(&mut self, epoch: Epoch) {

@@ -18,8 +18,8 @@ mod heartbeat;
 mod io;
 mod mon_client;
 mod peers;
+mod throttle;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 use crate::core::{CoreOptions, OsdCore};
 use io::DaemonIo;
 use peers::Peers;
+pub use throttle::ClientLimits;
 
 /// OSD behaviour, from the `[osd]` section of the configuration.
 #[derive(Clone, Debug)]
@@ -53,6 +54,9 @@ pub struct OsdOptions {
     /// Longest catch-up before the first boot (`osd.boot_catch_up_ms`;
     /// zero: none).
     pub boot_catch_up: Duration,
+    /// Back-pressure on clients (`osd.client_message_cap`,
+    /// `osd.client_message_size_cap`).
+    pub client_limits: ClientLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +119,8 @@ pub struct Osd {
     pub(crate) peers: Peers,
     /// Peers' answers to this OSD's heartbeats on the cluster network.
     pub(crate) heartbeats: heartbeat::Heartbeats,
-    clients: Mutex<HashMap<u64, Sender>>,
+    /// Client connections and the ops they have in flight.
+    pub(crate) clients: throttle::Clients,
     next_client: AtomicU64,
     /// The monitor session's sender, while one is up.
     pub(crate) mon: Mutex<Option<Sender>>,
@@ -147,6 +152,7 @@ impl Osd {
         };
         let public_addr = local(&listeners.public, public)?;
         let cluster_addr = local(&listeners.cluster, cluster)?;
+        let clients = throttle::Clients::new(opts.client_limits);
         let osd = Arc::new_cyclic(|weak| {
             let start = Instant::now();
             let mut loader = io::LoadIo {
@@ -163,7 +169,7 @@ impl Osd {
                 cluster_addr,
                 core: Mutex::new(core),
                 map: RwLock::new(Arc::new(cairn_map::ClusterMap::before_first())),
-                clients: Mutex::new(HashMap::new()),
+                clients,
                 next_client: AtomicU64::new(1),
                 mon: Mutex::new(None),
                 report_now: Notify::new(),
@@ -302,8 +308,9 @@ impl Osd {
     /// Requests from a client (or an admin tool), until its connection ends.
     async fn serve_client(self: Arc<Self>, entity: Entity, mut conn: Connection) {
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        self.clients.lock().insert(client, conn.sender.clone());
+        self.clients.open(client, conn.sender.clone());
         loop {
+            self.clients.room_for(client).await;
             let msg = match conn.reader.read().await {
                 Ok(msg) => msg,
                 Err(WireError::Closed) => break,
@@ -316,13 +323,16 @@ impl Osd {
                 }
             };
             match msg {
-                Message::OsdOp(op) => self.with_core(|core, io| core.client_op(client, op, io)),
+                Message::OsdOp(op) => {
+                    self.clients.admit(client, &op);
+                    self.with_core(|core, io| core.client_op(client, op, io));
+                }
                 Message::Ping { nonce } => {
                     conn.sender.send(Message::Pong { nonce });
                 }
                 Message::OsdAdmin { tid, cmd } => {
                     let result = match cmd {
-                        cairn_wire::OsdAdminCommand::Perf => Ok(self.store.perf_dump()),
+                        cairn_wire::OsdAdminCommand::Perf => Ok(self.perf_dump()),
                         cairn_wire::OsdAdminCommand::Scrub { pg, deep, repair } => self
                             .with_core(|core, io| core.request_scrub(pg, deep, repair, io))
                             .map(|()| format!("{{\"pg\":\"{pg}\",\"scrub\":\"scheduled\"}}")),
@@ -335,10 +345,18 @@ impl Osd {
                 }
             }
         }
-        self.clients.lock().remove(&client);
+        self.clients.close(client);
     }
 
-    pub(crate) fn client_sender(&self, client: u64) -> Option<Sender> {
-        self.clients.lock().get(&client).cloned()
+    /// The store's counters with the OSD's own, as one flat JSON object.
+    fn perf_dump(&self) -> String {
+        let mut value: serde_json::Value = serde_json::from_str(&self.store.perf_dump())
+            .unwrap_or_else(|e| serde_json::json!({ "store_counters_error": e.to_string() }));
+        if let Some(map) = value.as_object_mut() {
+            for (name, v) in self.clients.counters() {
+                map.insert(name.into(), v.into());
+            }
+        }
+        value.to_string()
     }
 }
