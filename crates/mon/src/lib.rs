@@ -237,6 +237,10 @@ impl Monitor {
                 tracing::warn!("{peer}: expected hello, got {other:?}; closing");
                 return;
             }
+            Err(e @ WireError::Version { .. }) => {
+                tracing::warn!("{peer}: {e}; closing");
+                return;
+            }
             Err(e) => {
                 tracing::debug!("{peer}: {e}");
                 return;

@@ -2,26 +2,34 @@
 //!
 //! | field   | size | meaning                                           |
 //! |---------|------|---------------------------------------------------|
-//! | magic   | 4    | `0x43524e31` (`"CRN1"`), little-endian             |
-//! | length  | 4    | payload length in bytes, ≤ [`MAX_FRAME_LEN`]       |
-//! | crc     | 4    | crc32c of the payload                              |
+//! | magic   | 3    | `"CRN"`                                            |
+//! | version | 1    | [`WIRE_VERSION`], the encoding of the messages     |
+//! | length  | 4    | payload length in bytes, ≤ [`MAX_FRAME_LEN`], LE   |
+//! | crc     | 4    | crc32c of the payload, LE                          |
 //! | payload | n    | a [`Message`] in bincode (fixed-int, little-endian) |
 //!
-//! A frame with a bad magic, an over-long length, a bad crc or an
-//! undecodable payload is a [`WireError`]; the receiver closes that
-//! connection and nothing else.
+//! A frame with a bad magic, another wire version, an over-long length, a
+//! bad crc or an undecodable payload is a [`WireError`]; the receiver
+//! closes that connection and nothing else. Another version is told apart
+//! from garbage, so a daemon of another build is refused with a line
+//! saying so rather than a decoding error.
 
 use crate::msg::Message;
 
-pub const FRAME_MAGIC: u32 = 0x4352_4e31;
+pub const FRAME_MAGIC: [u8; 3] = *b"CRN";
+/// The encoding of [`Message`]: bumped by every change to a message's
+/// shape, since bincode carries no field names to tell versions apart.
+pub const WIRE_VERSION: u8 = 2;
 pub const FRAME_HEADER_LEN: usize = 12;
 /// Largest payload: a whole 64 MiB object (the largest object size) plus headroom.
 pub const MAX_FRAME_LEN: usize = 80 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    #[error("bad frame magic {0:#x}")]
-    BadMagic(u32),
+    #[error("bad frame magic {0:02x?}")]
+    BadMagic([u8; 3]),
+    #[error("the peer speaks wire version {theirs}, this build speaks {ours}")]
+    Version { theirs: u8, ours: u8 },
     #[error("frame of {0} bytes exceeds the limit")]
     TooLong(usize),
     #[error("frame checksum mismatch")]
@@ -49,7 +57,8 @@ pub fn encode_frame(msg: &Message, out: &mut Vec<u8>) -> Result<(), WireError> {
         return Err(WireError::TooLong(len));
     }
     let crc = crc32c::crc32c(&out[start + FRAME_HEADER_LEN..]);
-    out[start..start + 4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+    out[start..start + 3].copy_from_slice(&FRAME_MAGIC);
+    out[start + 3] = WIRE_VERSION;
     out[start + 4..start + 8].copy_from_slice(&(len as u32).to_le_bytes());
     out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
     Ok(())
@@ -59,9 +68,15 @@ pub fn encode_frame(msg: &Message, out: &mut Vec<u8>) -> Result<(), WireError> {
 pub fn decode_header(header: &[u8; FRAME_HEADER_LEN]) -> Result<(usize, u32), WireError> {
     let word =
         |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
-    let magic = word(0);
+    let magic = [header[0], header[1], header[2]];
     if magic != FRAME_MAGIC {
         return Err(WireError::BadMagic(magic));
+    }
+    if header[3] != WIRE_VERSION {
+        return Err(WireError::Version {
+            theirs: header[3],
+            ours: WIRE_VERSION,
+        });
     }
     let len = word(4) as usize;
     if len > MAX_FRAME_LEN {
@@ -132,6 +147,12 @@ mod tests {
         let last = bad_crc.len() - 1;
         bad_crc[last] ^= 0xff;
         assert!(matches!(decode_one(&bad_crc), Err(WireError::BadCrc)));
+        let mut other_version = buf.clone();
+        other_version[3] = WIRE_VERSION + 1;
+        assert!(matches!(
+            decode_one(&other_version),
+            Err(WireError::Version { theirs, ours }) if theirs == WIRE_VERSION + 1 && ours == WIRE_VERSION
+        ));
         let mut too_long = buf.clone();
         too_long[4..8].copy_from_slice(&(u32::MAX).to_le_bytes());
         assert!(matches!(decode_one(&too_long), Err(WireError::TooLong(_))));

@@ -12,6 +12,8 @@ pub mod msg;
 pub mod pg;
 
 pub use conn::{connect, Connection, FrameReader, Sender, CONNECT_TIMEOUT};
-pub use frame::{decode_payload, encode_frame, WireError, FRAME_HEADER_LEN, MAX_FRAME_LEN};
+pub use frame::{
+    decode_payload, encode_frame, WireError, FRAME_HEADER_LEN, MAX_FRAME_LEN, WIRE_VERSION,
+};
 pub use msg::*;
 pub use pg::*;

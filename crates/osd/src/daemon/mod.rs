@@ -259,6 +259,10 @@ impl Osd {
         let peer = conn.peer;
         let entity = match conn.reader.read().await {
             Ok(Message::Hello { entity, .. }) => entity,
+            Err(e @ WireError::Version { .. }) => {
+                tracing::warn!("{peer}: {e}; closing");
+                return;
+            }
             Ok(_) | Err(_) => {
                 tracing::warn!("{peer}: connection did not start with hello; closing");
                 return;
