@@ -128,6 +128,32 @@ fn check_points(doc: &Value, ids: &[&str]) {
             assert!(cpu[osd].as_f64().unwrap() > 0.0, "{osd} used no CPU: {rep}");
         }
         assert!(p["summary"]["median"]["iops_per_cpu_s"].as_f64().unwrap() > 0.0);
+        let csw = rep["csw"].as_object().unwrap();
+        for osd in ["osd.0", "osd.1", "osd.2"] {
+            assert!(
+                csw[osd].as_u64().unwrap() > 0,
+                "{osd} never switched: {rep}"
+            );
+        }
+        let median = &p["summary"]["median"];
+        assert!(
+            median["osd_cpu_us_per_op"].as_f64().unwrap() > 0.0,
+            "{median}"
+        );
+        assert!(median["osd_csw_per_op"].as_f64().unwrap() > 0.0, "{median}");
+        if doc["spec"]["driver"] == "fio" {
+            // One gateway per client image, measured like a daemon.
+            assert!(
+                cpu["nbd.0"].as_f64().unwrap() > 0.0,
+                "the gateway used no CPU: {rep}"
+            );
+            assert!(
+                median["gateway_cpu_us_per_op"].as_f64().unwrap() > 0.0,
+                "{median}"
+            );
+        } else {
+            assert!(median["gateway_cpu_us_per_op"].is_null(), "{median}");
+        }
     }
 }
 

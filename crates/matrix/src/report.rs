@@ -32,7 +32,7 @@ pub fn load(path: &Path) -> Result<Results, String> {
 
 const CSV_HEADER: &str = "id,workload,rw,rwmixread,bs,iodepth,numjobs,clients,repetitions,\
 iops,iops_min,iops_max,read_iops,write_iops,mib_s,mean_us,p50_us,p99_us,p99_9_us,p99_99_us,\
-cpu_s,iops_per_cpu_s,error";
+cpu_s,iops_per_cpu_s,osd_cpu_us_per_op,gateway_cpu_us_per_op,osd_csw_per_op,error";
 
 /// `results.csv`: one row per point, medians over repetitions.
 pub fn csv(results: &Results) -> String {
@@ -73,8 +73,18 @@ pub fn csv(results: &Results) -> String {
                     m.cpu_s,
                     m.iops_per_cpu_s
                 );
+                for v in [
+                    m.osd_cpu_us_per_op,
+                    m.gateway_cpu_us_per_op,
+                    m.osd_csw_per_op,
+                ] {
+                    if let Some(v) = v {
+                        let _ = write!(out, "{v:.1}");
+                    }
+                    out.push(',');
+                }
             }
-            None => out.push_str(&",".repeat(14)),
+            None => out.push_str(&",".repeat(17)),
         }
         let error = p.error.as_deref().unwrap_or("").replace(['"', '\n'], " ");
         if error.is_empty() {
@@ -146,9 +156,12 @@ pub fn markdown(results: &Results) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "| workload | iodepth | jobs | clients | IOPS | MiB/s | mean (µs) | p99 (µs) | p99.99 (µs) | IOPS per CPU-s |"
+        "| workload | iodepth | jobs | clients | IOPS | MiB/s | mean (µs) | p99 (µs) | p99.99 (µs) | IOPS per CPU-s | OSD CPU µs/op | OSD switches/op | gateway CPU µs/op |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for p in &results.points {
         let _ = writeln!(out, "{}", row(p, spec.repetitions > 1));
     }
@@ -193,15 +206,19 @@ fn row(p: &PointResult, spread: bool) -> String {
             } else {
                 "–".into()
             };
+            let or_dash = |v: Option<f64>, f: fn(f64) -> String| v.map_or("–".into(), f);
             format!(
-                "{head}| {iops} | {:.1} | {} | {} | {} | {per_cpu} |",
+                "{head}| {iops} | {:.1} | {} | {} | {} | {per_cpu} | {} | {} | {} |",
                 m.mib_s,
                 micros(m.lat.mean_us),
                 micros(m.lat.p99_us),
-                micros(m.lat.p99_99_us)
+                micros(m.lat.p99_99_us),
+                or_dash(m.osd_cpu_us_per_op, |v| format!("{v:.0}")),
+                or_dash(m.osd_csw_per_op, |v| format!("{v:.1}")),
+                or_dash(m.gateway_cpu_us_per_op, |v| format!("{v:.0}")),
             )
         }
-        None => format!("{head}| failed | | | | | |"),
+        None => format!("{head}| failed | | | | | | | | |"),
     }
 }
 

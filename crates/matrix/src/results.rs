@@ -10,9 +10,13 @@
 //! come from the clients' histograms merged into one, never from averaging
 //! their percentiles. Per point: each statistic is the median over the
 //! repetitions, and IOPS also keeps its minimum and maximum (the spread).
-//! CPU seconds are those every Cairn daemon used during the repetition's
+//! CPU seconds are those every daemon used during the repetition's
 //! measured window, read from /proc; IOPS per CPU-second divides the
-//! point's operations by their sum.
+//! point's operations by the cluster's daemons' sum (the NBD gateways,
+//! `nbd.I`, are not in it). CPU µs per op is given per role: the OSDs
+//! (`osd.*`) and the gateways; context switches per op, over every thread
+//! of the OSDs, from /proc too. Results written before these were measured
+//! have none (`None`), never zero.
 
 use std::collections::BTreeMap;
 
@@ -77,8 +81,22 @@ pub struct RepRaw {
     /// Length of the measured window, in seconds.
     pub seconds: f64,
     pub clients: Vec<ClientRaw>,
-    /// CPU seconds each daemon (`mon`, `osd.0`, ...) used in the window.
+    /// CPU seconds each daemon (`mon`, `osd.0`, ..., gateways `nbd.0`,
+    /// ...) used in the window.
     pub cpu_s: BTreeMap<String, f64>,
+    /// Context switches each daemon made in the window (`None`: not
+    /// measured, as in results of older versions).
+    #[serde(default)]
+    pub csw: Option<BTreeMap<String, u64>>,
+}
+
+/// A process's role, from its name.
+fn is_osd(name: &str) -> bool {
+    name.starts_with("osd.")
+}
+
+fn is_gateway(name: &str) -> bool {
+    name.starts_with("nbd.")
 }
 
 /// Latency statistics, in microseconds (`cairn bench`'s).
@@ -99,6 +117,15 @@ pub struct RepSummary {
     pub cpu_s: f64,
     /// Operations per daemon CPU-second (0 if unknown).
     pub iops_per_cpu_s: f64,
+    /// OSD CPU microseconds per operation (all OSDs together).
+    #[serde(default)]
+    pub osd_cpu_us_per_op: Option<f64>,
+    /// NBD gateway CPU microseconds per operation.
+    #[serde(default)]
+    pub gateway_cpu_us_per_op: Option<f64>,
+    /// Context switches of all OSD threads per operation.
+    #[serde(default)]
+    pub osd_csw_per_op: Option<f64>,
 }
 
 impl RepRaw {
@@ -125,8 +152,31 @@ impl RepRaw {
                 0.0
             }
         };
-        let cpu_s: f64 = self.cpu_s.values().sum();
+        let cpu_s: f64 = self
+            .cpu_s
+            .iter()
+            .filter(|(name, _)| !is_gateway(name))
+            .map(|(_, s)| s)
+            .sum();
         let ops = read_ops + write_ops;
+        let per_op = |total: f64, any: bool| (any && ops > 0).then(|| total / ops as f64);
+        let role_us = |role: fn(&str) -> bool| {
+            let mut seen = false;
+            let mut total = 0.0;
+            for (_, s) in self.cpu_s.iter().filter(|(name, _)| role(name)) {
+                seen = true;
+                total += s * 1e6;
+            }
+            per_op(total, seen)
+        };
+        let osd_csw = self.csw.as_ref().and_then(|csw| {
+            let osds: Vec<u64> = csw
+                .iter()
+                .filter(|(name, _)| is_osd(name))
+                .map(|(_, n)| *n)
+                .collect();
+            per_op(osds.iter().sum::<u64>() as f64, !osds.is_empty())
+        });
         Ok(RepSummary {
             iops: per_s(ops),
             read_iops: per_s(read_ops),
@@ -137,6 +187,9 @@ impl RepRaw {
             write_lat: Latency::from_histogram(&write),
             cpu_s,
             iops_per_cpu_s: if cpu_s > 0.0 { ops as f64 / cpu_s } else { 0.0 },
+            osd_cpu_us_per_op: role_us(is_osd),
+            gateway_cpu_us_per_op: role_us(is_gateway),
+            osd_csw_per_op: osd_csw,
         })
     }
 }
@@ -172,6 +225,11 @@ impl PointSummary {
     /// Reduce repetitions. See the module docs.
     pub fn of(reps: &[RepSummary]) -> PointSummary {
         let m = |f: &dyn Fn(&RepSummary) -> f64| median(&reps.iter().map(f).collect::<Vec<_>>());
+        // The median of the repetitions that measured it; `None` if none did.
+        let some = |f: &dyn Fn(&RepSummary) -> Option<f64>| {
+            let v: Vec<f64> = reps.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| median(&v))
+        };
         let lat = |f: &dyn Fn(&RepSummary) -> Latency| Latency {
             min_us: m(&|r| f(r).min_us),
             mean_us: m(&|r| f(r).mean_us),
@@ -193,6 +251,9 @@ impl PointSummary {
                 write_lat: lat(&|r| r.write_lat),
                 cpu_s: m(&|r| r.cpu_s),
                 iops_per_cpu_s: m(&|r| r.iops_per_cpu_s),
+                osd_cpu_us_per_op: some(&|r| r.osd_cpu_us_per_op),
+                gateway_cpu_us_per_op: some(&|r| r.gateway_cpu_us_per_op),
+                osd_csw_per_op: some(&|r| r.osd_csw_per_op),
             },
             iops_min: iops.iter().copied().reduce(f64::min).unwrap_or(0.0),
             iops_max: iops.iter().copied().fold(0.0, f64::max),

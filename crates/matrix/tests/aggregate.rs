@@ -43,6 +43,7 @@ fn rep() -> RepRaw {
             },
         ],
         cpu_s: BTreeMap::from([("osd.0".into(), 2.5), ("osd.1".into(), 2.5)]),
+        csw: None,
     }
 }
 
@@ -70,6 +71,44 @@ fn a_repetition_sums_clients_and_merges_their_histograms() {
     // 450 operations on 5 CPU-seconds of daemons.
     close(s.cpu_s, 5.0);
     close(s.iops_per_cpu_s, 90.0);
+    // All of it OSDs': 5e6 us / 450 ops; no gateway, no switches counted.
+    close(s.osd_cpu_us_per_op.unwrap(), 5e6 / 450.0);
+    assert_eq!(s.gateway_cpu_us_per_op, None);
+    assert_eq!(s.osd_csw_per_op, None);
+}
+
+/// Roles by name: the gateways' CPU is apart from the cluster's (not in
+/// IOPS per CPU-second), the monitor's counts for neither role, and
+/// context switches count the OSDs' only.
+#[test]
+fn cpu_and_switches_split_by_role() {
+    let mut r = rep();
+    r.cpu_s = BTreeMap::from([
+        ("mon".into(), 0.45),
+        ("osd.0".into(), 0.9),
+        ("osd.1".into(), 0.45),
+        ("nbd.0".into(), 0.9),
+    ]);
+    r.csw = Some(BTreeMap::from([
+        ("mon".into(), 900),
+        ("osd.0".into(), 2000),
+        ("osd.1".into(), 2500),
+        ("nbd.0".into(), 10_000),
+    ]));
+    let s = r.summary().unwrap();
+    // 450 ops; cluster daemons 1.8 CPU-s (not the gateway's 0.9).
+    close(s.cpu_s, 1.8);
+    close(s.iops_per_cpu_s, 250.0);
+    close(s.osd_cpu_us_per_op.unwrap(), 1.35e6 / 450.0);
+    close(s.gateway_cpu_us_per_op.unwrap(), 0.9e6 / 450.0);
+    close(s.osd_csw_per_op.unwrap(), 4500.0 / 450.0);
+    // Medians over the repetitions that measured them.
+    let p = PointSummary::of(&[s, rep().summary().unwrap()]);
+    close(p.median.osd_csw_per_op.unwrap(), 10.0);
+    close(
+        p.median.osd_cpu_us_per_op.unwrap(),
+        (1.35e6 / 450.0 + 5e6 / 450.0) / 2.0,
+    );
 }
 
 #[test]

@@ -145,6 +145,28 @@ impl LocalCluster {
             .collect()
     }
 
+    /// Context switches (voluntary and involuntary, over every thread)
+    /// each daemon, and each of `extra` (name, pid), made so far; one that
+    /// is gone is missing.
+    pub fn context_switches(&self, extra: &[(String, u32)]) -> BTreeMap<String, u64> {
+        self.daemons
+            .iter()
+            .chain(extra)
+            .filter_map(|(name, pid)| Some((name.clone(), context_switches(*pid)?)))
+            .collect()
+    }
+
+    /// [`Self::cpu_seconds`] of `extra` (name, pid) processes, such as the
+    /// NBD gateways.
+    pub fn cpu_seconds_of(extra: &[(String, u32)]) -> BTreeMap<String, f64> {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        extra
+            .iter()
+            .filter_map(|(name, pid)| Some((name.clone(), cpu_ticks(*pid)? as f64 / ticks)))
+            .collect()
+    }
+
     /// Daemons that are no longer running.
     pub fn dead(&self) -> Vec<String> {
         self.daemons
@@ -204,6 +226,36 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// Context switches of a live process over all its threads (the
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of each
+/// `/proc/PID/task/TID/status`); `None` if it is gone.
+fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        // A thread that ended since the listing counts nothing more.
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Some(total)
+}
+
+/// Counts made between two readings, per process present in both.
+pub fn count_between(
+    a: &BTreeMap<String, u64>,
+    b: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    b.iter()
+        .filter_map(|(name, end)| Some((name.clone(), end.saturating_sub(*a.get(name)?))))
+        .collect()
 }
 
 /// CPU seconds used between two readings, per daemon present in both.

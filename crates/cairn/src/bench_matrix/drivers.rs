@@ -213,6 +213,15 @@ impl Images {
         Ok(())
     }
 
+    /// The NBD gateways' processes, as (`nbd.I`, pid).
+    pub fn gateway_pids(&self) -> Vec<(String, u32)> {
+        self.gateways
+            .iter()
+            .enumerate()
+            .map(|(i, (child, _))| (format!("nbd.{i}"), child.id()))
+            .collect()
+    }
+
     /// Run one repetition of `point` with `driver`; one raw measurement
     /// per client and the measured seconds. Returns early with an error if
     /// `stop` is set (Ctrl-C).

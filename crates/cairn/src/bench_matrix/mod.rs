@@ -17,6 +17,7 @@ mod cluster;
 mod drivers;
 mod progress;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use cairn_matrix::spec::DriverKind;
 use cairn_matrix::{compare, plot, report, MatrixSpec, PointResult, Results};
 use clap::Args;
 
-use cluster::{cpu_between, LocalCluster};
+use cluster::{count_between, cpu_between, LocalCluster};
 use drivers::Images;
 use progress::Progress;
 
@@ -296,6 +297,7 @@ fn measure(
         Duration::from_secs(spec.runtime_s),
     );
     let done = AtomicBool::new(false);
+    let gateways = images.gateway_pids();
     let cpu = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| {
             // Sleep in short steps: a point that ends early (an error,
@@ -313,13 +315,19 @@ fn measure(
             if !nap(ramp) {
                 return None;
             }
-            let start = cluster.cpu_seconds();
+            let cpu = || {
+                let mut cpu = cluster.cpu_seconds();
+                cpu.extend(LocalCluster::cpu_seconds_of(&gateways));
+                cpu
+            };
+            let (cpu0, csw0) = (cpu(), cluster.context_switches(&gateways));
             // The workload may end a little before this thread wakes (it
             // runs ramp + runtime too): its end is then the window's end.
             if !nap(runtime) && INTERRUPTED.load(Ordering::Relaxed) {
                 return None;
             }
-            Some(cpu_between(&start, &cluster.cpu_seconds()))
+            let csw = count_between(&csw0, &cluster.context_switches(&gateways));
+            Some((cpu_between(&cpu0, &cpu()), csw))
         });
         let measured = images.run(spec, point, &INTERRUPTED);
         done.store(true, Ordering::Relaxed);
@@ -337,10 +345,15 @@ fn measure(
     if !died.is_empty() {
         bail!("daemon(s) died during the point: {}", died.join(", "));
     }
+    let (cpu_s, csw) = match cpu.ok().flatten() {
+        Some((cpu_s, csw)) => (cpu_s, Some(csw)),
+        None => (BTreeMap::new(), None),
+    };
     Ok(RepRaw {
         seconds,
         clients,
-        cpu_s: cpu.ok().flatten().unwrap_or_default(),
+        cpu_s,
+        csw,
     })
 }
 
