@@ -108,6 +108,14 @@ pub(crate) fn persist(
         // Metadata is small and deferred data rarely compresses: spend no
         // CPU on it (0 is kNoCompression).
         librocksdb_sys::rocksdb_options_set_compression(base.0, 0);
+        // Table files (flushes, compactions) are written through the page
+        // cache; synced only at their end, each one's megabytes reach the
+        // disk in one burst that the journal writes on the device then
+        // queue behind. Written back a MiB at a time, fewer client writes
+        // stall: 4K QD32 on three OSDs, five alternating pairs
+        // (2026-11-27), p99.99 median 42 ms (33–210) against 101 ms
+        // (74–439), IOPS median 4,699 against 4,324.
+        librocksdb_sys::rocksdb_options_set_bytes_per_sync(base.0, 1 << 20);
         if let Some(wal) = &c_wal {
             librocksdb_sys::rocksdb_options_set_wal_dir(base.0, wal.as_ptr());
         }
