@@ -14,7 +14,7 @@
 //! Must never: count an op twice, or keep room for a closed connection.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use cairn_wire::{ObjOp, OsdOp, Sender};
 use parking_lot::Mutex;
@@ -50,8 +50,11 @@ pub(crate) struct Clients {
     limits: ClientLimits,
     conns: Mutex<HashMap<u64, Conn>>,
     bytes: AtomicU64,
-    /// Woken whenever room is given back.
+    /// Woken when room is given back while a connection waits for it.
     freed: Notify,
+    /// Connections waiting for room: answers wake `freed` only then, so
+    /// the common case takes no lock for it.
+    waiting: AtomicUsize,
     /// Times a connection was not read for want of room.
     waits: AtomicU64,
     /// The most ops one connection ever had in flight.
@@ -81,6 +84,7 @@ impl Clients {
             conns: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
             freed: Notify::new(),
+            waiting: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
             peak_ops: AtomicU64::new(0),
         }
@@ -99,39 +103,57 @@ impl Clients {
     pub(crate) fn close(&self, client: u64) {
         if let Some(conn) = self.conns.lock().remove(&client) {
             let held: u64 = conn.in_flight.values().sum();
-            self.bytes.fetch_sub(held, Ordering::AcqRel);
+            self.bytes.fetch_sub(held, Ordering::SeqCst);
+            self.wake_waiters();
+        }
+    }
+
+    /// Room was given back: wake the connections waiting for it.
+    fn wake_waiters(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
             self.freed.notify_waiters();
         }
     }
 
     /// Wait until `client` may send another op.
     pub(crate) async fn room_for(&self, client: u64) {
+        if self.has_room(client) {
+            return;
+        }
+        // Counted before the check below, so that room given back after
+        // it sees a waiter and wakes `freed`, which is enabled by then.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut counted = false;
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let ops = self
-                .conns
-                .lock()
-                .get(&client)
-                .map_or(0, |c| c.in_flight.len());
-            if ops < self.limits.ops_per_connection
-                && self.bytes.load(Ordering::Acquire) < self.limits.bytes
-            {
+            if self.has_room(client) {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             if !counted {
                 counted = true;
                 self.waits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
-                    "client connection {client}: {ops} ops in flight, {} bytes at the OSD; \
-                     not reading until one is answered",
+                    "client connection {client}: no room ({} bytes of client ops at the OSD); \
+                     not reading until an op is answered",
                     self.bytes.load(Ordering::Relaxed)
                 );
             }
             freed.await;
         }
+    }
+
+    /// May `client` send another op now?
+    fn has_room(&self, client: u64) -> bool {
+        let ops = self
+            .conns
+            .lock()
+            .get(&client)
+            .map_or(0, |c| c.in_flight.len());
+        ops < self.limits.ops_per_connection
+            && self.bytes.load(Ordering::SeqCst) < self.limits.bytes
     }
 
     /// `op` was read from `client`'s connection and goes to the core.
@@ -143,9 +165,9 @@ impl Clients {
         };
         // A tid sent again while in flight holds room once.
         if let Some(old) = conn.in_flight.insert(op.tid, bytes) {
-            self.bytes.fetch_sub(old, Ordering::AcqRel);
+            self.bytes.fetch_sub(old, Ordering::SeqCst);
         }
-        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::SeqCst);
         let ops = conn.in_flight.len() as u64;
         self.peak_ops.fetch_max(ops, Ordering::Relaxed);
     }
@@ -160,8 +182,8 @@ impl Clients {
         conn.sender.send(msg);
         if let Some(bytes) = conn.in_flight.remove(&tid) {
             drop(conns);
-            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.freed.notify_waiters();
+            self.bytes.fetch_sub(bytes, Ordering::SeqCst);
+            self.wake_waiters();
         }
     }
 
