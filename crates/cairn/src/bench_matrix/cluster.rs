@@ -137,12 +137,7 @@ impl LocalCluster {
     /// CPU seconds (user + system) each daemon has used so far; a daemon
     /// that is gone is missing.
     pub fn cpu_seconds(&self) -> BTreeMap<String, f64> {
-        // SAFETY: sysconf has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        self.daemons
-            .iter()
-            .filter_map(|(name, pid)| Some((name.clone(), cpu_ticks(*pid)? as f64 / ticks)))
-            .collect()
+        Self::cpu_seconds_of(&self.daemons)
     }
 
     /// Context switches (voluntary and involuntary, over every thread)
