@@ -364,13 +364,22 @@ async fn a_cut_host_acknowledges_nothing_and_converges_when_healed() {
     load.spawn(&image, &model, &stats, 0..size / BLOCK, 8, 4);
     wait_acks(&stats, 0, 100, "before the cut").await;
 
-    // A probe: one object whose primary is on h2 (osd.2 or osd.3).
-    let probe = create_image(&cluster, &client, "probe", 16 * OBJ).await;
-    let (object, primary) = primaries(&client, &probe)
-        .into_iter()
+    // A probe: one object whose primary is on h2 (osd.2 or osd.3). About a
+    // third of the PGs have theirs there; 64 objects make missing them all
+    // (chance ~1e-10) no reason for this test to fail.
+    let probe = create_image(&cluster, &client, "probe", 64 * OBJ).await;
+    let probe_primaries = primaries(&client, &probe);
+    let (object, primary) = probe_primaries
+        .iter()
+        .copied()
         .enumerate()
         .find(|(_, p)| [2, 3].contains(p))
-        .expect("an object with its primary on h2");
+        .unwrap_or_else(|| {
+            panic!(
+                "no object of the probe has its primary on h2 (epoch {}): {probe_primaries:?}",
+                client.map().epoch
+            )
+        });
     let up_from = |id: u32| client.map().osds[&id].up_from;
     let incarnations = (up_from(2), up_from(3));
 
