@@ -174,6 +174,7 @@ pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
         down_on_disconnect: m.osd_down_on_disconnect,
         down_out_interval: (m.osd_down_out_interval_s > 0)
             .then(|| Duration::from_secs(m.osd_down_out_interval_s)),
+        pg_temp_batch: Duration::from_millis(m.pg_temp_batch_ms),
         pool_default_pg_num: m.pool_default_pg_num,
         pool_default_size: m.pool_default_size,
         pool_default_min_size: m.pool_default_min_size,

@@ -316,6 +316,11 @@ section! {
         osd_down_on_disconnect: bool = true, check any;
         /// A down OSD is marked out after this many seconds (0 = never).
         osd_down_out_interval_s: u64 = 600, check any;
+        /// pg_temp requests arriving within this many milliseconds of the
+        /// first are published together in one map epoch (0 = one epoch
+        /// per request). A returning OSD makes many primaries ask at once;
+        /// each epoch makes every OSD and client re-check every PG.
+        pg_temp_batch_ms: u64 = 20, check any;
         /// Number of PGs of a new pool when none is given (1 to 65536).
         pool_default_pg_num: u32 = 32, check pg_num;
         /// Replicas per object of a new pool when none is given (at least 1).

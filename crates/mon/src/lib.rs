@@ -45,6 +45,9 @@ pub struct MonOptions {
     pub down_on_disconnect: bool,
     /// `None`: never mark down OSDs out automatically.
     pub down_out_interval: Option<Duration>,
+    /// pg_temp requests within this window of the first are published in
+    /// one epoch (zero: each at once).
+    pub pg_temp_batch: Duration,
     pub pool_default_pg_num: u32,
     pub pool_default_size: u32,
     pub pool_default_min_size: u32,
@@ -64,6 +67,7 @@ impl Default for MonOptions {
             reporter_subtree_level: "host".into(),
             down_on_disconnect: true,
             down_out_interval: Some(Duration::from_secs(600)),
+            pg_temp_batch: Duration::from_millis(20),
             pool_default_pg_num: 32,
             pool_default_size: 3,
             pool_default_min_size: 2,
@@ -116,6 +120,11 @@ struct MonState {
     /// PGs whose primary reported them recovered while they had history:
     /// trimmed together at the next tick.
     to_trim: HashSet<PgId>,
+    /// pg_temp requests waiting for the batch to be published, newest
+    /// per PG, with the OSD that asked.
+    pending_pg_temp: HashMap<PgId, (OsdId, Vec<OsdId>)>,
+    /// Whether a task will publish `pending_pg_temp`.
+    pg_temp_flush_due: bool,
     /// The newest maps, oldest first, so a subscriber that fell behind
     /// gets every epoch it missed (OSDs detect intervals epoch by epoch).
     recent: VecDeque<Arc<ClusterMap>>,
@@ -164,6 +173,8 @@ impl Monitor {
             osd_counters: HashMap::new(),
             usage: HashMap::new(),
             to_trim: HashSet::new(),
+            pending_pg_temp: HashMap::new(),
+            pg_temp_flush_due: false,
             recent: VecDeque::from([map]),
             next_session: 1,
         };
@@ -272,7 +283,7 @@ impl Monitor {
     }
 
     fn handle(
-        &self,
+        self: &Arc<Self>,
         msg: Message,
         sender: &Sender,
         session: u64,
@@ -388,16 +399,21 @@ impl Monitor {
                     tracing::info!("pg_temp for {pg} from osd.{id}, not its primary; ignored");
                     return Ok(());
                 }
-                self.update(&mut st, |map| match map.set_pg_temp(pg, osds.clone()) {
-                    Ok(changed) => {
-                        tracing::info!("pg {pg}: pg_temp {osds:?} (osd.{id})");
-                        (changed, ())
-                    }
-                    Err(e) => {
-                        tracing::warn!("pg {pg}: pg_temp {osds:?} from osd.{id} refused: {e}");
-                        (false, ())
-                    }
-                })?;
+                st.pending_pg_temp.insert(pg, (id, osds));
+                if self.opts.pg_temp_batch.is_zero() {
+                    self.publish_pg_temp(&mut st)?;
+                } else if !st.pg_temp_flush_due {
+                    st.pg_temp_flush_due = true;
+                    let mon = self.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(mon.opts.pg_temp_batch).await;
+                        let mut st = mon.state.lock();
+                        st.pg_temp_flush_due = false;
+                        if let Err(e) = mon.publish_pg_temp(&mut st) {
+                            tracing::error!("cannot persist map: {e}");
+                        }
+                    });
+                }
             }
             Message::MonCommand { tid, cmd } => {
                 let result = self.command(cmd)?;
@@ -514,6 +530,36 @@ impl Monitor {
             usage.ratio() * 100.0
         );
         self.update(st, |map| (map.set_full_state(id, state), ()))
+    }
+
+    /// Apply every waiting pg_temp request in one new epoch. A request
+    /// counts only if its sender is still up and the PG's primary in the
+    /// newest map: the map may have moved on since it was sent.
+    fn publish_pg_temp(&self, st: &mut MonState) -> Result<(), MonStoreError> {
+        if st.pending_pg_temp.is_empty() {
+            return Ok(());
+        }
+        let mut requests: Vec<(PgId, (OsdId, Vec<OsdId>))> = st.pending_pg_temp.drain().collect();
+        requests.sort_by_key(|(pg, _)| *pg);
+        self.update(st, |map| {
+            let mut changed = false;
+            for (pg, (id, osds)) in &requests {
+                if !map.is_up(*id) || map.acting(*pg).primary() != Some(*id) {
+                    tracing::info!("pg_temp for {pg} from osd.{id}, not its primary; ignored");
+                    continue;
+                }
+                match map.set_pg_temp(*pg, osds.clone()) {
+                    Ok(c) => {
+                        tracing::info!("pg {pg}: pg_temp {osds:?} (osd.{id})");
+                        changed |= c;
+                    }
+                    Err(e) => {
+                        tracing::warn!("pg {pg}: pg_temp {osds:?} from osd.{id} refused: {e}");
+                    }
+                }
+            }
+            (changed, ())
+        })
     }
 
     /// Forget the past intervals of PGs whose primaries reported them
