@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""What the NBD gateway costs: the same 4 KiB random load through the client
+library (`cairn bench`) and through `cairn nbd` (fio's nbd engine on its Unix
+socket), alternating on one cluster, so the disk's drift hits both sides.
+
+On a fresh local 3-OSD cluster (pool size 3, 32 PGs) with a 1 GiB image
+written through first, `cairn nbd` exports the image and each run is a pair:
+`cairn bench --rw RW --iodepth QD` for --runtime seconds, then fio with the
+same spec on the export. Per leg: IOPS, mean / p50 / p99.99 latency, OSD CPU
+µs per op (utime+stime of the OSDs over the leg, /proc/PID/stat) and, for
+the NBD leg, the gateway's CPU µs per op. Per pair: the NBD leg's mean over
+the library's ("gap"). The median pair is the number to quote.
+
+Usage: python3 bench/nbd_gateway.py [--cairn target/release/cairn]
+       [--dir /tmp/cairn-nbd-bench] [--runs 3] [--runtime 20] [--iodepth 1]
+       [--rw randwrite] [--set osd.key=value ...] [--json]
+Needs a release build and fio with the nbd engine.
+"""
+import argparse, json, os, shutil, signal, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, check=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p.stdout
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def leg(name, cmd, parse, osds, gateway):
+    hz = os.sysconf("SC_CLK_TCK")
+    o0, g0 = cpu_ticks(osds), cpu_ticks([gateway])
+    out = run(cmd)
+    o1, g1 = cpu_ticks(osds), cpu_ticks([gateway])
+    r = parse(out)
+    ops = r["ops"]
+    r["path"] = name
+    r["osd_cpu_us_per_op"] = (o1 - o0) / hz * 1e6 / ops if ops else None
+    r["gateway_cpu_us_per_op"] = (g1 - g0) / hz * 1e6 / ops if ops else None
+    return r
+
+
+def parse_bench(rw, ramp, runtime):
+    def parse(out):
+        d = json.loads(out)["write" if "write" in rw else "read"]
+        lat = d["lat"]
+        # ops over ramp + runtime: the CPU reading covers both
+        return {
+            "iops": d["iops"],
+            "ops": d["iops"] * (ramp + runtime),
+            "mean_us": lat["mean_us"],
+            "p50_us": lat["p50_us"],
+            "p9999_us": lat["p99.99_us"],
+        }
+
+    return parse
+
+
+def parse_fio(rw, ramp, runtime):
+    def parse(out):
+        # fio may print notes before its JSON
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        d = job["write" if "write" in rw else "read"]
+        pct = d["clat_ns"].get("percentile", {})
+        return {
+            "iops": d["iops"],
+            "ops": d["iops"] * (ramp + runtime),
+            "mean_us": d["lat_ns"]["mean"] / 1e3,
+            "p50_us": pct.get("50.000000", 0) / 1e3,
+            "p9999_us": pct.get("99.990000", 0) / 1e3,
+        }
+
+    return parse
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cairn", default=os.path.join(ROOT, "target/release/cairn"))
+    ap.add_argument("--dir", default="/tmp/cairn-nbd-bench")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runtime", type=int, default=20)
+    ap.add_argument("--ramp", type=int, default=2)
+    ap.add_argument("--iodepth", type=int, default=1)
+    ap.add_argument("--rw", default="randwrite", choices=["randwrite", "randread"])
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if not shutil.which("fio"):
+        sys.exit("fio is not installed (apt-get install -y fio)")
+    c = a.cairn
+    run([c, "cluster", "down", "--dir", a.dir], check=False)
+    shutil.rmtree(a.dir, ignore_errors=True)
+    up = [c, "cluster", "up", "--osds", "3", "--pg-num", "32", "--timeout", "120", "--dir", a.dir]
+    for s in a.set:
+        up += ["--set", s]
+    run(up)
+    conf = ["--conf", os.path.join(a.dir, "cairn.toml")]
+    gateway = None
+    try:
+        run([c, *conf, "image", "create", "rbd/b", "--size", "1G"])
+        run([c, *conf, "bench", "--image", "rbd/b", "--rw", "write", "--bs", "1M",
+             "--iodepth", "8", "--runtime", "3", "--ramp", "0", "--precondition"])
+        with open(os.path.join(a.dir, "cluster.json")) as f:
+            osds = [d["pid"] for d in json.load(f)["daemons"] if d["name"].startswith("osd")]
+        sock = os.path.join(a.dir, "nbd.sock")
+        log = open(os.path.join(a.dir, "nbd.log"), "w")
+        gw = subprocess.Popen([c, *conf, "nbd", "--image", "rbd/b", "--socket", sock],
+                              stdout=log, stderr=log)
+        gateway = gw.pid
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.1)
+        else:
+            sys.exit("cairn nbd did not create its socket")
+        time.sleep(3)
+        bench = [c, *conf, "--json", "bench", "--image", "rbd/b", "--rw", a.rw, "--bs", "4k",
+                 "--iodepth", str(a.iodepth), "--runtime", str(a.runtime),
+                 "--ramp", str(a.ramp)]
+        fio = ["fio", "--name=nbd", "--ioengine=nbd", f"--uri=nbd+unix:///b?socket={sock}",
+               f"--rw={a.rw}", "--bs=4k", f"--iodepth={a.iodepth}", "--size=1G",
+               f"--runtime={a.runtime}", f"--ramp_time={a.ramp}", "--time_based",
+               "--randrepeat=0", "--norandommap", "--output-format=json"]
+        pairs = []
+        for i in range(a.runs):
+            lib = leg("library", bench, parse_bench(a.rw, a.ramp, a.runtime), osds, gateway)
+            nbd = leg("nbd", fio, parse_fio(a.rw, a.ramp, a.runtime), osds, gateway)
+            lib["gateway_cpu_us_per_op"] = None
+            pairs.append({"run": i + 1, "library": lib, "nbd": nbd,
+                          "gap": nbd["mean_us"] / lib["mean_us"] - 1})
+            if not a.json:
+                for r in (lib, nbd):
+                    g = r["gateway_cpu_us_per_op"]
+                    print(f"run {i+1} {r['path']:8} {r['iops']:8.0f} IOPS  mean {r['mean_us']:7.0f} µs"
+                          f"  p50 {r['p50_us']:7.0f}  p99.99 {r['p9999_us']:8.0f}"
+                          f"  OSD CPU {r['osd_cpu_us_per_op']:5.0f} µs/op"
+                          + (f"  gateway CPU {g:4.0f} µs/op" if g is not None else ""), flush=True)
+        gaps = sorted(p["gap"] for p in pairs)
+        median = gaps[len(gaps) // 2]
+        if a.json:
+            print(json.dumps({"rw": a.rw, "iodepth": a.iodepth, "pairs": pairs,
+                              "median_gap": median}, indent=1))
+        else:
+            print(f"NBD mean over library mean: {', '.join(f'{g*100:+.0f}%' for g in gaps)}"
+                  f" (median {median*100:+.0f}%)")
+    finally:
+        if gateway:
+            os.kill(gateway, signal.SIGTERM)
+        run([c, "cluster", "down", "--dir", a.dir], check=False)
+
+
+if __name__ == "__main__":
+    main()
