@@ -157,6 +157,7 @@ def main():
         if gateway:
             os.kill(gateway, signal.SIGTERM)
         run([c, "cluster", "down", "--dir", a.dir], check=False)
+        shutil.rmtree(a.dir, ignore_errors=True)  # block files of GiBs each
 
 
 if __name__ == "__main__":
