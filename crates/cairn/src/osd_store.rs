@@ -339,11 +339,23 @@ pub fn open(dir: &Path, conf: &OsdConfig) -> Result<Arc<dyn ObjectStore>> {
         ),
         None => record_kind(dir, want)?,
     }
-    Ok(match want {
+    let store: Arc<dyn ObjectStore> = match want {
         StoreKind::Memstore => Arc::new(cairn_store::memstore::MemStore::new()),
         StoreKind::Filestore => open_filestore(dir, conf)?,
         StoreKind::Bluestore => open_bluestore(dir, conf)?,
-    })
+    };
+    if conf.debug_commit_delay_ms == 0 {
+        return Ok(store);
+    }
+    tracing::warn!(
+        "osd.debug_commit_delay_ms = {}: every commit is held back that long (a fault-test \
+         setting, never for production)",
+        conf.debug_commit_delay_ms
+    );
+    let delay = std::time::Duration::from_millis(conf.debug_commit_delay_ms);
+    let delayed = cairn_store::delayed::DelayedCommits::new(store, delay)
+        .context("cannot start the delayed-commit thread")?;
+    Ok(Arc::new(delayed))
 }
 
 /// Check (and with `repair`, mend) the BlueStore of `dir`.

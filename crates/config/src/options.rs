@@ -425,6 +425,10 @@ section! {
         /// arrival at the primary to its acknowledgement, is logged with
         /// where its time went (0: never; Ceph's `osd_op_complaint_time`).
         op_complaint_time_ms: u64 = 1000, check any;
+        /// For fault tests only, never in production: hold every
+        /// transaction this many milliseconds before it reaches the store,
+        /// so this OSD commits behind its peers (0 = off).
+        debug_commit_delay_ms: u64 = 0, check any;
         /// An OSD starting again while the map records it down first asks
         /// its PGs' primaries for the log entries written while it was away
         /// and appends them, for at most this many milliseconds, and only

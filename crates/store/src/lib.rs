@@ -25,6 +25,7 @@
 //!   attributes; `RemoveCollection` removes all of them.
 
 pub mod conformance;
+pub mod delayed;
 pub mod filestore;
 pub mod memstore;
 mod meta;
