@@ -7,8 +7,10 @@
 //! transaction is not on the device: a `kill -9` loses it, as a crash
 //! loses a commit still in the device queue. Order is kept (one line,
 //! first in first out), and reads go to the store underneath, so they may
-//! not see a held transaction yet, which the [`ObjectStore`] contract
-//! allows before a commit. Never a production setting.
+//! not see a held transaction yet, even the submitter's own synchronous
+//! reads: the [`ObjectStore`] contract allows that before a commit, and the
+//! real backends are kinder (they show a submitted transaction at once).
+//! Never a production setting.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
