@@ -9,7 +9,7 @@ use cairn_bench::{BenchSpec, RwMode};
 use cairn_client::{Cluster, Image};
 use clap::{Args, Subcommand};
 
-use crate::{admin, bench_matrix, bench_store, conf, Context};
+use crate::{admin, bench_cpu, bench_matrix, bench_store, conf, Context};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -101,7 +101,14 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
         let image = Image::open(&cluster, &pool, &name).await?;
         spec.validate(cairn_volume::Volume::size(&*image))?;
-        let report = cairn_bench::run(image, &spec).await.map_err(|e| match e {
+        // CPU is sampled when the measured window starts and when the run ends.
+        let ramp = spec.ramp;
+        let (report, before) = tokio::join!(cairn_bench::run(image, &spec), async {
+            tokio::time::sleep(ramp).await;
+            bench_cpu::sample(&cluster).await
+        });
+        let after = bench_cpu::sample(&cluster).await;
+        let report = report.map_err(|e| match e {
             cairn_bench::BenchError::Io {
                 source: cairn_volume::VolumeError::NoSpace,
                 ..
@@ -110,15 +117,18 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
             ),
             other => other.into(),
         })?;
-        if json && lat_bins {
+        let cpu = bench_cpu::CpuPerOp::between(&before, &after, report.total.ops);
+        if json {
             let mut v = serde_json::to_value(&report)?;
-            v["read"]["lat_bins"] = serde_json::json!(report.latency_bins(false));
-            v["write"]["lat_bins"] = serde_json::json!(report.latency_bins(true));
-            println!("{}", serde_json::to_string(&v)?);
-        } else if json {
-            println!("{}", report.to_json()?);
+            if lat_bins {
+                v["read"]["lat_bins"] = serde_json::json!(report.latency_bins(false));
+                v["write"]["lat_bins"] = serde_json::json!(report.latency_bins(true));
+            }
+            v["cpu"] = serde_json::to_value(&cpu)?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             print!("{}", report.table());
+            println!("{}", cpu.line());
         }
         Ok(())
     })

@@ -5,6 +5,7 @@
 mod admin;
 mod alloc;
 mod bench;
+mod bench_cpu;
 mod bench_matrix;
 mod bench_store;
 mod conf;

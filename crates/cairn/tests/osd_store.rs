@@ -207,11 +207,44 @@ fn perf_counters_of_a_running_osd() {
         "0",
     ]);
     assert!(out.contains("write"), "{out}");
+    assert!(out.contains("cpu per op: osds "), "{out}");
+    // CPU per op of every OSD and of the client, over the measured window.
+    let bench: Value = serde_json::from_str(&cluster.ok(&[
+        "--json",
+        "bench",
+        "--image",
+        "rbd/p",
+        "--rw",
+        "randwrite",
+        "--iodepth",
+        "4",
+        "--runtime",
+        "1",
+        "--ramp",
+        "1",
+    ]))
+    .expect("bench JSON");
+    let cpu = &bench["cpu"];
+    assert_eq!(cpu["osds"], serde_json::json!([0, 1, 2]), "{cpu}");
+    assert_eq!(cpu["missing_osds"], serde_json::json!([]), "{cpu}");
+    for key in [
+        "osd_cpu_us_per_op",
+        "osd_context_switches_per_op",
+        "client_cpu_us_per_op",
+    ] {
+        let v = cpu[key].as_f64().unwrap_or_else(|| panic!("{key}: {cpu}"));
+        assert!(v > 0.0 && v < 1e6, "{key} = {v}: {cpu}");
+    }
     let perf: Value =
         serde_json::from_str(&cluster.ok(&["--json", "osd", "perf", "0"])).expect("perf JSON");
     assert_eq!(perf["backend"], "bluestore", "{perf}");
     assert!(perf["transactions"].as_u64().unwrap() > 0, "{perf}");
     assert!(perf["kv_commits"].as_u64().unwrap() > 0, "{perf}");
+    assert!(perf["process_cpu_us"].as_u64().unwrap() > 0, "{perf}");
+    assert!(
+        perf["process_context_switches"].as_u64().unwrap() > 0,
+        "{perf}"
+    );
     let writes =
         perf["deferred_writes"].as_u64().unwrap() + perf["direct_writes"].as_u64().unwrap();
     assert!(writes > 0, "{perf}");

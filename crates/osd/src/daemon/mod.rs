@@ -19,6 +19,7 @@ mod io;
 mod mon_client;
 mod peers;
 mod throttle;
+mod usage;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +37,7 @@ use crate::core::{CoreOptions, OsdCore};
 use io::DaemonIo;
 use peers::Peers;
 pub use throttle::ClientLimits;
+pub use usage::ProcessUsage;
 
 /// OSD behaviour, from the `[osd]` section of the configuration.
 #[derive(Clone, Debug)]
@@ -359,6 +361,13 @@ impl Osd {
         if let Some(map) = value.as_object_mut() {
             for (name, v) in self.clients.counters() {
                 map.insert(name.into(), v.into());
+            }
+            if let Some(usage) = ProcessUsage::now() {
+                map.insert("process_cpu_us".into(), usage.cpu_us.into());
+                map.insert(
+                    "process_context_switches".into(),
+                    usage.context_switches.into(),
+                );
             }
         }
         value.to_string()
