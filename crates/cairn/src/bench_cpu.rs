@@ -4,6 +4,7 @@
 //! ends, divided by the operations measured.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use cairn_client::Cluster;
 use cairn_osd::ProcessUsage;
@@ -30,16 +31,35 @@ pub struct CpuPerOp {
     pub client_cpu_us_per_op: Option<f64>,
 }
 
-/// Every up OSD's usage (those that answer) and this process's.
+/// Longest a sample waits for the OSDs: one that has not answered by then
+/// is left out, so a hung OSD delays the report by this at most.
+pub const SAMPLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Every up OSD's usage (those that answer within [`SAMPLE_TIMEOUT`], asked
+/// all at once) and this process's.
 pub async fn sample(cluster: &Cluster) -> Sample {
     let map = cluster.map();
-    let mut osds = BTreeMap::new();
-    for id in map.osds.keys().copied().filter(|id| map.is_up(*id)) {
-        let reply = admin::osd_request(cluster, id, cairn_wire::OsdAdminCommand::Perf).await;
-        if let Some(usage) = reply.ok().and_then(|text| usage_of(&text)) {
-            osds.insert(id, usage);
-        }
-    }
+    let ask = map
+        .osds
+        .keys()
+        .copied()
+        .filter(|id| map.is_up(*id))
+        .map(|id| async move {
+            let perf = admin::osd_request(cluster, id, cairn_wire::OsdAdminCommand::Perf);
+            let reply = tokio::time::timeout(SAMPLE_TIMEOUT, perf).await;
+            (
+                id,
+                reply
+                    .ok()
+                    .and_then(Result::ok)
+                    .and_then(|text| usage_of(&text)),
+            )
+        });
+    let osds = futures::future::join_all(ask)
+        .await
+        .into_iter()
+        .filter_map(|(id, usage)| Some((id, usage?)))
+        .collect();
     Sample {
         osds,
         client: ProcessUsage::now(),
