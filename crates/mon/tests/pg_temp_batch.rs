@@ -91,6 +91,17 @@ impl Harness {
     }
 }
 
+/// A monitor with `OSDS` booted OSDs (their sessions) and pool `rbd`.
+async fn ready(batch: Duration) -> (Harness, Vec<Connection>) {
+    let h = start(batch).await;
+    let mut sessions = Vec::new();
+    for id in 0..OSDS {
+        sessions.push(h.boot(id).await);
+    }
+    h.create_pool().await;
+    (h, sessions)
+}
+
 /// Every PG of the pool with its acting set; the wanted pg_temp puts the
 /// second member first.
 fn wants(map: &cairn_map::ClusterMap) -> Vec<(PgId, Vec<OsdId>, Vec<OsdId>)> {
@@ -106,12 +117,7 @@ fn wants(map: &cairn_map::ClusterMap) -> Vec<(PgId, Vec<OsdId>, Vec<OsdId>)> {
 
 #[tokio::test]
 async fn requests_arriving_together_make_one_epoch() {
-    let h = start(Duration::from_millis(300)).await;
-    let mut sessions = Vec::new();
-    for id in 0..OSDS {
-        sessions.push(h.boot(id).await);
-    }
-    h.create_pool().await;
+    let (h, sessions) = ready(Duration::from_millis(300)).await;
     let before = h.mon.map();
     let wants = wants(&before);
     // Each primary asks for its PGs; one non-primary asks as well.
@@ -146,12 +152,7 @@ async fn requests_arriving_together_make_one_epoch() {
 
 #[tokio::test]
 async fn a_request_whose_sender_went_down_is_dropped() {
-    let h = start(Duration::from_millis(300)).await;
-    let mut sessions = Vec::new();
-    for id in 0..OSDS {
-        sessions.push(h.boot(id).await);
-    }
-    h.create_pool().await;
+    let (h, mut sessions) = ready(Duration::from_millis(300)).await;
     let map = h.mon.map();
     let wants = wants(&map);
     let gone = wants[0].1[0];
@@ -181,12 +182,7 @@ async fn a_request_whose_sender_went_down_is_dropped() {
 
 #[tokio::test]
 async fn without_a_window_each_request_is_its_own_epoch() {
-    let h = start(Duration::ZERO).await;
-    let mut sessions = Vec::new();
-    for id in 0..OSDS {
-        sessions.push(h.boot(id).await);
-    }
-    h.create_pool().await;
+    let (h, sessions) = ready(Duration::ZERO).await;
     let before = h.mon.map();
     let wants = wants(&before);
     for (pg, acting, want) in wants.iter().take(4) {
