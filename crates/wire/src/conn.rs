@@ -136,12 +136,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
 ) {
     let mut out = Vec::with_capacity(64 << 10);
-    loop {
-        let msg = tokio::select! {
-            msg = rx.recv() => msg,
-            _ = shared.close.notified() => break,
-        };
-        let Some(msg) = msg else { break };
+    // The queue overflows only while the writer is behind, so only the
+    // socket write waits for `close`; an idle writer sees the flag after.
+    while let Some(msg) = rx.recv().await {
+        if shared.overflowed.load(Ordering::Relaxed) {
+            break;
+        }
         out.clear();
         let mut taken = 0;
         let mut queue = Some(msg);
@@ -156,7 +156,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             }
         }
         shared.queued.fetch_sub(taken, Ordering::Relaxed);
+        // Biased: a write that completes at once never registers a waiter.
         let written = tokio::select! {
+            biased;
             r = writer.write_all(&out) => r,
             _ = shared.close.notified() => break,
         };
