@@ -31,14 +31,8 @@ fn slow(osds: &[u32]) -> Vec<String> {
 
 /// The first object of `image` whose primary is `osd`: its offset.
 fn object_with_primary(client: &Cluster, image: &Image, osd: u32) -> u64 {
-    let map = client.map();
-    let pool = map.pool_by_name("rbd").expect("pool rbd");
-    let info = image.info_now();
-    (0..info.objects())
-        .find(|n| {
-            let oid = format!("rbd_data.{}.{n:016x}", info.id);
-            map.acting(map.object_pg(pool, &oid)).primary() == Some(osd)
-        })
+    (0..image.info_now().objects())
+        .find(|n| object_primary(client, image, *n) == Some(osd))
         .map(|n| n * OBJ)
         .unwrap_or_else(|| panic!("no object of the image has osd.{osd} as primary"))
 }
@@ -110,14 +104,7 @@ async fn restart_and_read(
     wait_osd_state(client, victim, true).await;
     wait_all_clean(cluster).await;
     within("the probe's primary to be back", WAIT, async {
-        loop {
-            let map = client.map();
-            let pool = map.pool_by_name("rbd").expect("pool rbd");
-            let info = image.info_now();
-            let oid = format!("rbd_data.{}.{:016x}", info.id, offset / OBJ);
-            if map.acting(map.object_pg(pool, &oid)).primary() == Some(primary) {
-                return;
-            }
+        while object_primary(client, image, offset / OBJ) != Some(primary) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })

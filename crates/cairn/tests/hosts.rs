@@ -330,15 +330,8 @@ fn bad_input_changes_nothing(cluster: &TestCluster) {
 
 /// The primary of each object of `image` in the client's current map.
 fn primaries(client: &Cluster, image: &Image) -> Vec<u32> {
-    let map = client.map();
-    let pool = map.pool_by_name("rbd").expect("pool rbd");
-    let info = image.info_now();
-    (0..info.objects())
-        .map(|n| {
-            let oid = format!("rbd_data.{}.{n:016x}", info.id);
-            let pg = map.object_pg(pool, &oid);
-            map.acting(pg).primary().expect("a primary")
-        })
+    (0..image.info_now().objects())
+        .map(|n| object_primary(client, image, n).expect("a primary"))
         .collect()
 }
 

@@ -107,6 +107,15 @@ pub fn is_alive(pid: u32) -> bool {
     !stat.is_empty() && !stat.contains(") Z ")
 }
 
+/// The acting primary of object `n` of `image` in the client's current map.
+pub fn object_primary(client: &Cluster, image: &Image, n: u64) -> Option<u32> {
+    let map = client.map();
+    let pool = map.pool_by_name("rbd").expect("pool rbd");
+    let info = image.info_now();
+    let oid = format!("rbd_data.{}.{n:016x}", info.id);
+    map.acting(map.object_pg(pool, &oid)).primary()
+}
+
 pub async fn create_image(
     cluster: &Arc<TestCluster>,
     client: &Arc<Cluster>,
