@@ -12,7 +12,9 @@ use bytes::Bytes;
 use cairn_client::Image;
 use cairn_types::Entity;
 use cairn_volume::Volume;
-use cairn_wire::{encode_frame, FrameReader, Message, MonCommand, FRAME_HEADER_LEN, MAX_FRAME_LEN};
+use cairn_wire::{
+    encode_frame, FrameReader, Message, MonCommand, FRAME_HEADER_LEN, MAX_FRAME_LEN, WIRE_VERSION,
+};
 use common::writes::*;
 use common::{pattern, TestCluster};
 use tokio::io::AsyncWriteExt;
@@ -236,16 +238,18 @@ fn frame(msg: &Message) -> Vec<u8> {
     out
 }
 
-fn raw_frame(magic: u32, len: u32, crc: u32, payload: &[u8]) -> Vec<u8> {
+/// A frame of this build's version whose front is `payload` (the header
+/// claims `len` bytes of front) and whose data segment is empty.
+fn raw_frame(len: u32, crc: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
-    out.extend_from_slice(&magic.to_le_bytes());
+    out.extend_from_slice(b"CRN");
+    out.push(WIRE_VERSION);
     out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
-
-const MAGIC: u32 = 0x4352_4e31;
 
 /// (what, bytes, close our side after sending, must the daemon close?)
 fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
@@ -269,31 +273,31 @@ fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
         ),
         (
             "bad crc".into(),
-            with_hello(raw_frame(MAGIC, 100, 0x1234_5678, &pattern(53, 100))),
+            with_hello(raw_frame(100, 0x1234_5678, &pattern(53, 100))),
             false,
             true,
         ),
         (
             "over-long frame".into(),
-            with_hello(raw_frame(MAGIC, MAX_FRAME_LEN as u32 + 1, 0, &[])),
+            with_hello(raw_frame(MAX_FRAME_LEN as u32 + 1, 0, &[])),
             false,
             true,
         ),
         (
             "length u32::MAX".into(),
-            with_hello(raw_frame(MAGIC, u32::MAX, 0, &[])),
+            with_hello(raw_frame(u32::MAX, 0, &[])),
             false,
             true,
         ),
         (
             "truncated frame then EOF".into(),
-            with_hello(raw_frame(MAGIC, 1 << 20, 0, &pattern(54, 10))),
+            with_hello(raw_frame(1 << 20, 0, &pattern(54, 10))),
             true,
             true,
         ),
         (
             "garbage as the first frame".into(),
-            raw_frame(MAGIC, 32, crc32c_of(&[0xff; 32]), &[0xff; 32]),
+            raw_frame(32, crc32c_of(&[0xff; 32]), &[0xff; 32]),
             false,
             true,
         ),
@@ -307,7 +311,6 @@ fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
         cases.push((
             format!("valid crc, variant {tag}, garbage body"),
             with_hello(raw_frame(
-                MAGIC,
                 payload.len() as u32,
                 crc32c_of(&payload),
                 &payload,
@@ -330,12 +333,7 @@ fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
     let payload = &op[FRAME_HEADER_LEN..op.len() - 6];
     cases.push((
         "truncated pool create".into(),
-        with_hello(raw_frame(
-            MAGIC,
-            payload.len() as u32,
-            crc32c_of(payload),
-            payload,
-        )),
+        with_hello(raw_frame(payload.len() as u32, crc32c_of(payload), payload)),
         false,
         true,
     ));
@@ -403,7 +401,7 @@ async fn malformed_messages_drop_only_that_connection() {
     // Sanity: the crc used to build frames is the wire's.
     let ping = frame(&Message::Ping { nonce: 7 });
     assert_eq!(
-        u32::from_le_bytes(ping[8..12].try_into().unwrap()),
+        u32::from_le_bytes(ping[12..16].try_into().unwrap()),
         crc32c_of(&ping[FRAME_HEADER_LEN..])
     );
 

@@ -17,6 +17,7 @@ pub enum TxOp {
     Write {
         oid: ObjectId,
         offset: u64,
+        #[serde(with = "cairn_types::bulk")]
         data: Bytes,
     },
     /// Make a range read as zeros, creating the object and extending its size

@@ -1,8 +1,12 @@
 //! Identifiers and small value types shared by every Cairn crate.
 //!
 //! This crate owns the vocabulary of the data path — epochs, OSD and pool ids,
-//! placement-group ids, PG versions and request ids — and nothing else. It must
-//! never depend on another Cairn crate, do I/O, or hold state.
+//! placement-group ids, PG versions and request ids — and the serde rule by
+//! which object data travels out of line in wire frames ([`bulk`]). It must
+//! never depend on another Cairn crate, do I/O, or hold state beyond one
+//! call.
+
+pub mod bulk;
 
 use std::fmt;
 use std::str::FromStr;

@@ -11,9 +11,10 @@ pub mod frame;
 pub mod msg;
 pub mod pg;
 
-pub use conn::{connect, Connection, FrameReader, Sender, CONNECT_TIMEOUT};
+pub use conn::{connect, Connection, FrameReader, Sender, CONNECT_TIMEOUT, READ_CHUNK};
 pub use frame::{
-    decode_payload, encode_frame, WireError, FRAME_HEADER_LEN, MAX_FRAME_LEN, WIRE_VERSION,
+    decode_body, decode_header, encode_frame, encode_frame_parts, FrameHeader, WireError,
+    FRAME_HEADER_LEN, MAX_FRAME_LEN, WIRE_VERSION,
 };
 pub use msg::*;
 pub use pg::*;

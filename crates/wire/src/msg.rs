@@ -245,6 +245,7 @@ pub enum ObjOp {
     // mutations
     Write {
         offset: u64,
+        #[serde(with = "cairn_types::bulk")]
         data: Bytes,
     },
     /// Zero a range; clipped to the object's size; no-op on a missing object.
@@ -293,7 +294,7 @@ impl ObjOp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpOutput {
     None,
-    Data(Bytes),
+    Data(#[serde(with = "cairn_types::bulk")] Bytes),
     Stat { size: u64 },
     Attr(Option<Bytes>),
     Omap(Vec<(String, Bytes)>),

@@ -151,6 +151,7 @@ pub struct ObjectCopy {
     pub name: String,
     pub version: Version,
     /// `None`: the object does not exist at `version` (a removal).
+    #[serde(with = "cairn_types::bulk::option")]
     pub data: Option<Bytes>,
     pub attrs: Vec<(String, Bytes)>,
     pub omap: Vec<(String, Bytes)>,
