@@ -32,7 +32,7 @@
 //! write or sync fails the store; the commits involved and all later ones
 //! return `Failed`. Nothing is acknowledged that is not durable.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,6 +40,7 @@ use cairn_device::block_on;
 use cairn_kv::Batch;
 use parking_lot::MutexGuard;
 
+use crate::journal::Record;
 use crate::journal::{Journal, WRITERS};
 use crate::keys;
 use crate::kvsync::{sync_kv, synced};
@@ -312,6 +313,99 @@ impl Inline<'_> {
     }
 }
 
+/// What [`loop_group`] did.
+pub(crate) enum LoopGroup {
+    /// A group's record was laid out and handed to the writer.
+    Started,
+    /// Nothing to do now: nothing queued, the commit state busy (the
+    /// commit thread is told), or as many records in flight as allowed
+    /// (a completion will call again).
+    Wait,
+    /// The next group needs the commit thread, which is told: new data
+    /// to wait for, a journal to make room in, a group too large for a
+    /// record, or a failed store.
+    Thread,
+}
+
+/// Lay out the next group for an event loop, without blocking: the fast
+/// path of `start_group` (see `loop_commit`). Only while `attached` (read
+/// under the commit state, which detaching holds) are records handed to
+/// `write`, which starts the durable write of the record and keeps what
+/// answers it; an error from it (handing that back) fails the store.
+pub(crate) fn loop_group(
+    inner: &Arc<Inner>,
+    attached: &AtomicBool,
+    write: impl FnOnce(InFlight, Record) -> Result<(), (String, InFlight)>,
+) -> LoopGroup {
+    let to_thread = || {
+        inner.pipeline.commit_ready.notify_one();
+        LoopGroup::Thread
+    };
+    if inner.pipeline.commits.lock().items.is_empty() {
+        return LoopGroup::Wait;
+    }
+    let Some(st) = inner.commit.try_lock() else {
+        // The commit thread holds it, and takes the queue once done.
+        inner.pipeline.commit_ready.notify_one();
+        return LoopGroup::Wait;
+    };
+    let mut c = Committer {
+        inner,
+        shared: &inner.records,
+        st,
+        inline: false,
+    };
+    if !attached.load(Ordering::Acquire) || inner.failed.get().is_some() {
+        return to_thread();
+    }
+    {
+        // `wait_unacked(WRITERS - 1)`, without the wait.
+        let flight = c.shared.flight.lock();
+        let left = WRITERS as u64 - 1;
+        if c.st.begun - flight.acked > left || c.st.begun - flight.settled > left + UNSETTLED {
+            return LoopGroup::Wait;
+        }
+    }
+    let max_bytes = c.st.journal.max_payload() - TAIL_PUT_BYTES;
+    let mut group = {
+        let mut q = inner.pipeline.commits.lock();
+        if q.shutdown || q.dead.is_some() {
+            return to_thread();
+        }
+        let (mut n, mut bytes) = (0, 0);
+        while n < q.items.len().min(MAX_GROUP)
+            && q.items[n].data.is_none()
+            && bytes + q.items[n].record_bytes() <= max_bytes
+        {
+            bytes += q.items[n].record_bytes();
+            n += 1;
+        }
+        if n == 0 {
+            // New data to wait for, or too large for a record.
+            return to_thread();
+        }
+        c.st.journal.retire(retirable(inner));
+        if !c.st.journal.room(bytes + TAIL_PUT_BYTES).0 {
+            return to_thread();
+        }
+        q.items.drain(..n).collect::<Vec<_>>()
+    };
+    let start = Instant::now();
+    c.st.lone_streak = 0;
+    let (mut batch, payload_len) = Committer::merge(&mut group);
+    let (payload, tail) = c.encode_record(&mut group, &mut batch, payload_len);
+    let (f, record, fill) = c.place(&mut group, batch, &payload, tail, start);
+    if let Err((why, f)) = write(f, record) {
+        inner.fail(why);
+        for mut p in f.group {
+            p.answer(inner.check_failed());
+        }
+        return to_thread();
+    }
+    c.request_sync(fill);
+    LoopGroup::Started
+}
+
 fn flush(inner: &Inner) -> Result<(), String> {
     block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
     inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
@@ -440,6 +534,82 @@ impl Committer<'_> {
         if data {
             flush(&inner)?;
         }
+        let (mut batch, payload_len) = Self::merge(group);
+        if payload_len > self.st.journal.max_payload() {
+            return self.commit_oversized(group, batch, start);
+        }
+        self.st.journal.retire(retirable(self.inner));
+        if !self.st.journal.room(payload_len).0 {
+            self.make_room(payload_len)?;
+        }
+        let (payload, tail) = self.encode_record(group, &mut batch, payload_len);
+        if self.lone(group) {
+            self.st.lone_streak = self.st.lone_streak.saturating_add(1);
+            return self.commit_inline(group, batch, &payload, tail, start);
+        }
+        self.st.lone_streak = 0;
+        // No more than `WRITERS` records unacknowledged (see `journal`).
+        self.wait_unacked(WRITERS as u64 - 1)?;
+        let (f, record, fill) = self.place(group, batch, &payload, tail, start);
+        self.shared.flight.lock().to_write.push_back((f, record));
+        self.shared.handed.notify_one();
+        self.request_sync(fill);
+        Ok(())
+    }
+
+    /// The journal record's payload for `group`, whose batches are merged
+    /// in `batch` (`payload_len` bytes at most): the batch with the
+    /// journal tail's position, then the deferred records. Returns it with
+    /// the tail's record.
+    fn encode_record(
+        &mut self,
+        group: &mut [Prepared],
+        batch: &mut Batch,
+        payload_len: usize,
+    ) -> (Vec<u8>, u64) {
+        let at = self.st.journal.head();
+        let tail = self.inner.pipeline.hold_tail(group, at);
+        batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
+        // The record holds the deferred records; the key-value store never
+        // does (see `journal`).
+        let mut payload = Vec::with_capacity(payload_len);
+        batch.encode_into(&mut payload);
+        for d in group.iter().filter_map(|p| p.deferred.as_ref()) {
+            d.encode_put_into(&mut payload);
+        }
+        (payload, tail.seq)
+    }
+
+    /// Place `payload` as the next record at the journal's head: the record
+    /// to write, what answers it once durable, and the journal's fill.
+    fn place(
+        &mut self,
+        group: &mut Vec<Prepared>,
+        mut batch: Batch,
+        payload: &[u8],
+        tail: u64,
+        start: Instant,
+    ) -> (InFlight, Record, f64) {
+        let fill = self.st.journal.room(payload.len()).1;
+        let seq = self.st.journal.next_seq();
+        let (after, record) = self.st.journal.place_record(payload);
+        self.st.begun = seq;
+        // Whoever answers the record writes the batch once it is durable.
+        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
+        let f = InFlight {
+            group: std::mem::take(group),
+            batch,
+            seq,
+            tail,
+            start,
+            payload_len: payload.len(),
+        };
+        (f, record, fill)
+    }
+
+    /// Merge the group's batches: the merged batch and the record's
+    /// payload length.
+    fn merge(group: &mut [Prepared]) -> (Batch, usize) {
         let mut batch = Batch::new();
         for p in group.iter_mut() {
             batch.append(std::mem::take(&mut p.batch));
@@ -452,48 +622,7 @@ impl Committer<'_> {
                 .filter_map(|p| p.deferred.as_ref())
                 .map(|d| d.encoded_len())
                 .sum::<usize>();
-        if payload_len > self.st.journal.max_payload() {
-            return self.commit_oversized(group, batch, start);
-        }
-        self.st.journal.retire(retirable(self.inner));
-        if !self.st.journal.room(payload_len).0 {
-            self.make_room(payload_len)?;
-        }
-        let at = self.st.journal.head();
-        let tail = inner.pipeline.hold_tail(group, at);
-        batch.put(keys::JDEF_KEY.to_vec(), tail.encode());
-        // The record holds the deferred records; the key-value store never
-        // does (see `journal`).
-        let mut payload = Vec::with_capacity(payload_len);
-        batch.encode_into(&mut payload);
-        for d in group.iter().filter_map(|p| p.deferred.as_ref()) {
-            d.encode_put_into(&mut payload);
-        }
-        if self.lone(group) {
-            self.st.lone_streak = self.st.lone_streak.saturating_add(1);
-            return self.commit_inline(group, batch, &payload, tail.seq, start);
-        }
-        self.st.lone_streak = 0;
-        // No more than `WRITERS` records unacknowledged (see `journal`).
-        self.wait_unacked(WRITERS as u64 - 1)?;
-        let fill = self.st.journal.room(payload.len()).1;
-        let seq = self.st.journal.next_seq();
-        let (after, record) = self.st.journal.place_record(&payload);
-        self.st.begun = seq;
-        // The record thread writes the batch once the record is durable.
-        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
-        let f = InFlight {
-            group: std::mem::take(group),
-            batch,
-            seq,
-            tail: tail.seq,
-            start,
-            payload_len: payload.len(),
-        };
-        self.shared.flight.lock().to_write.push_back((f, record));
-        self.shared.handed.notify_one();
-        self.request_sync(fill);
-        Ok(())
+        (batch, payload_len)
     }
 
     /// A group too large for a journal record goes to the key-value store

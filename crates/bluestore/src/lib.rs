@@ -40,6 +40,7 @@ mod journal;
 mod keys;
 mod kvsync;
 pub mod label;
+mod loop_commit;
 mod mount;
 mod onode;
 pub mod options;

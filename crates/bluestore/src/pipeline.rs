@@ -242,6 +242,13 @@ impl Pipeline {
     /// Queue a built transaction (in sequence order: called under the state
     /// lock). Its deferred writes, if any, count as unapplied from now on.
     pub fn submit(&self, p: Prepared) {
+        self.queue(p);
+        self.commit_ready.notify_one();
+    }
+
+    /// Queue a built transaction as [`submit`](Self::submit) does, without
+    /// waking the commit thread: the caller wakes whoever takes it.
+    pub fn queue(&self, p: Prepared) {
         self.note_unapplied(&p);
         let mut q = self.commits.lock();
         if let Some(why) = &q.dead {
@@ -250,8 +257,6 @@ impl Pipeline {
             return;
         }
         q.items.push_back(p);
-        drop(q);
-        self.commit_ready.notify_one();
     }
 
     /// `p`'s deferred writes, if any, count as unapplied from now on

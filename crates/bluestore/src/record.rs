@@ -131,41 +131,48 @@ impl Drop for RecordThreadDies<'_> {
 
 /// A record thread: write the next record laid out, then answer every
 /// record written that is next in order, unless another thread already is.
+///
+/// Records an event loop wrote (`loop_commit`) arrive in `written`
+/// already acknowledged; a record thread is woken to answer them.
 pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
     let _dies = RecordThreadDies(inner, shared);
     loop {
-        let (f, record) = {
-            let mut flight = shared.flight.lock();
-            loop {
-                if let Some(job) = flight.to_write.pop_front() {
-                    break job;
-                }
-                if flight.stop {
-                    return;
-                }
-                shared.handed.wait(&mut flight);
-            }
-        };
-        // Nothing more is written once the store has failed.
-        let written = match inner.failed.get() {
-            Some(why) => Err(why.clone()),
-            None => record.write(inner.device.as_ref()),
-        };
         let mut flight = shared.flight.lock();
-        if flight.broken {
-            drop(flight);
-            for mut p in f.group {
-                p.answer(inner.check_failed());
+        let job = loop {
+            if let Some(job) = flight.to_write.pop_front() {
+                break Some(job);
             }
-            continue;
-        }
-        flight.written.insert(f.seq, (f, written));
-        if flight.answering {
-            // The thread answering will write its batch; acknowledge it
-            // now if it is next in order, rather than after the batch
-            // that thread is writing.
-            acknowledge(inner, shared, &mut flight);
-            continue;
+            if !flight.answering && flight.written.contains_key(&(flight.settled + 1)) {
+                break None;
+            }
+            if flight.stop {
+                return;
+            }
+            shared.handed.wait(&mut flight);
+        };
+        if let Some((f, record)) = job {
+            drop(flight);
+            // Nothing more is written once the store has failed.
+            let written = match inner.failed.get() {
+                Some(why) => Err(why.clone()),
+                None => record.write(inner.device.as_ref()),
+            };
+            flight = shared.flight.lock();
+            if flight.broken {
+                drop(flight);
+                for mut p in f.group {
+                    p.answer(inner.check_failed());
+                }
+                continue;
+            }
+            flight.written.insert(f.seq, (f, written));
+            if flight.answering {
+                // The thread answering will write its batch; acknowledge
+                // it now if it is next in order, rather than after the
+                // batch that thread is writing.
+                acknowledge(inner, shared, &mut flight);
+                continue;
+            }
         }
         flight.answering = true;
         loop {
@@ -186,7 +193,7 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
 
 /// Acknowledge every record written durably that is next in order; the
 /// commits are answered with the lock released.
-fn acknowledge(inner: &Inner, shared: &Shared, flight: &mut MutexGuard<'_, Flight>) {
+pub(crate) fn acknowledge(inner: &Inner, shared: &Shared, flight: &mut MutexGuard<'_, Flight>) {
     let acks = take_acks(inner, flight);
     if !acks.is_empty() {
         shared.finished.notify_all();

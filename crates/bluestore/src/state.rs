@@ -92,6 +92,8 @@ pub(crate) struct Inner {
     pub commit: Mutex<CommitState>,
     /// Records between the committer and the record threads.
     pub records: record::Shared,
+    /// Set once the store is attached to an event loop (`loop_commit`).
+    pub loop_commits: OnceLock<Arc<crate::loop_commit::LoopCommits>>,
     pub reads: ReadTracker,
     /// Set once when a durable write fails: nothing more is accepted.
     pub failed: OnceLock<String>,

@@ -23,6 +23,7 @@ use crate::journal::Journal;
 use crate::keys;
 use crate::kvsync::sync_loop;
 use crate::label::Superblock;
+use crate::loop_commit;
 use crate::mount::mount;
 use crate::options::MountOptions;
 use crate::perf::{Perf, PerfSnapshot};
@@ -80,6 +81,7 @@ impl BlueStore {
             pipeline: Pipeline::default(),
             commit: Mutex::new(CommitState::new(journal)),
             records: record::Shared::new(m.journal.seq - 1),
+            loop_commits: OnceLock::new(),
             reads: ReadTracker::default(),
             failed: OnceLock::new(),
             committed: AtomicU64::new(m.next_seq - 1),
@@ -204,6 +206,9 @@ impl Drop for DiesLoudly<'_> {
 
 impl Drop for BlueStore {
     fn drop(&mut self) {
+        // Records an event loop has in flight are reaped here: the loop
+        // may be gone, or be this very thread.
+        loop_commit::detach(&self.inner);
         // The commit thread first (it is `threads[0]`): until it has
         // drained its queue, commits keep handing deferred writes to the
         // deferred thread, which must not stop before that. It stops the
@@ -253,6 +258,13 @@ impl Drop for ReadGuard {
 }
 
 impl ObjectStore for BlueStore {
+    /// Journal records written through a ring of the loop's own and
+    /// acknowledged on the loop (see `loop_commit`). `Ok(false)` where the
+    /// device offers no such ring: the commit thread then does everything.
+    fn attach_to_loop(&self) -> Result<bool> {
+        loop_commit::attach(&self.inner).map_err(StoreError::Failed)
+    }
+
     fn submit(&self, txn: Transaction) -> Result<Commit> {
         txn.validate()?;
         self.inner.check_failed()?;
@@ -261,6 +273,15 @@ impl ObjectStore for BlueStore {
         builder.build(&txn)?;
         let (done, commit) = Commit::pending();
         let prepared = builder.finish(done);
+        if let Some(lc) = self.inner.loop_commits.get() {
+            if lc.attached.load(Ordering::Acquire) {
+                // The loop's task takes it once this turn of the loop ends.
+                self.inner.pipeline.queue(prepared);
+                drop(st);
+                lc.wake.notify_one();
+                return Ok(commit);
+            }
+        }
         match try_inline(&self.inner, &prepared) {
             Some(inline) => {
                 drop(st);

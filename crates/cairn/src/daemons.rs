@@ -259,6 +259,13 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         .map_err(|(key, reason)| anyhow::anyhow!("osd.{key}: {reason}"))?;
     let rt = runtime(osd_conf.worker_threads)?;
     rt.block_on(async {
+        if osd_conf.bluestore_loop_commits {
+            match store.attach_to_loop() {
+                Ok(true) => tracing::debug!("osd.{id}: commits run on the event loop"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("osd.{id}: commits stay on the store's threads: {e}"),
+            }
+        }
         let (osd, listeners) =
             cairn_osd::Osd::bind(opts, store, addrs.public, addrs.cluster).await?;
         let (public, cluster) = osd.addrs();

@@ -491,6 +491,13 @@ section! {
         /// replicas until its own journal write is done: off by default,
         /// so the primary's commit and the replicas' overlap.
         bluestore_inline_commits: bool = false, check any;
+        /// BlueStore: the OSD's event loop writes journal records itself,
+        /// through an io_uring of its own, and acknowledges commits when
+        /// the ring completes, instead of handing each group to the commit
+        /// thread and a record thread (two thread hand-offs per commit).
+        /// What cannot be done without blocking still goes to the commit
+        /// thread. Off: every commit goes through the commit thread.
+        bluestore_loop_commits: bool = true, check any;
         /// BlueStore: checksum of stored data, verified on every read.
         bluestore_csum_type: ChecksumKind = ChecksumKind::Crc32c, check any;
         /// BlueStore: when to compress. Without client hints (not sent

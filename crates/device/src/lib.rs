@@ -49,7 +49,7 @@ pub use buf::AlignedBuf;
 pub use error::DeviceError;
 pub use exec::block_on;
 pub use fault::{CrashPolicy, FaultDevice, FaultOn};
-pub use file::{FileDevice, FileDeviceOptions, IoEngine};
+pub use file::{Completion, FileDevice, FileDeviceOptions, IoEngine, LoopRing, LOOP_RING_DEPTH};
 pub use mem::MemDevice;
 
 /// Alignment, in bytes, of every offset and length handed to a device.
@@ -88,6 +88,15 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_durable(&self, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
         block_on(self.write(offset, buf))?;
         block_on(self.flush())
+    }
+
+    /// A [`LoopRing`] on this device for the calling async event loop
+    /// (inside a tokio runtime): durable writes completed on that loop,
+    /// with no thread in between. `None` where the device has no such
+    /// path (memory and fault-injection devices); callers then use
+    /// [`write_durable`](Self::write_durable) on a thread of their own.
+    fn loop_ring(&self) -> Option<Result<LoopRing, DeviceError>> {
+        None
     }
 
     /// Make every write whose future completed before this call durable

@@ -179,6 +179,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// and the returned [`Commit`] resolves once the transaction is durable.
     fn submit(&self, txn: Transaction) -> Result<Commit>;
 
+    /// From now on, do the common case of committing on the calling
+    /// tokio runtime's event loop rather than on threads of the store's
+    /// own (see each store). `Ok(false)`: this store has no such mode.
+    /// Call inside the runtime whose thread submits.
+    fn attach_to_loop(&self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Read `len` bytes at `offset`. Holes read as zeros; the result is short
     /// only at the end of the object (empty if `offset >= size`). A store
     /// may hand out bytes it also caches (shared, never changed in place).

@@ -57,6 +57,12 @@ pub(super) async fn store_points(
     out: &Out,
 ) -> Result<(Fill, Vec<Row>, Option<PerfSummary>)> {
     let Opened { store, blue, .. } = opened;
+    if plan.osd_conf.bluestore_loop_commits {
+        // As an OSD does: commits on this runtime's loop.
+        store
+            .attach_to_loop()
+            .context("committing on the event loop")?;
+    }
     let perf = || blue.as_ref().map(|b| b.perf());
     let start_perf = perf();
     let opts = StoreVolumeOptions {

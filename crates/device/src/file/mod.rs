@@ -37,9 +37,12 @@
 //! 52.5k; randread QD1 14.4k, QD32 88.5k. The QD1 gap to fio is the two
 //! thread hand-offs per request (caller → reaper → caller's executor).
 
+mod loop_ring;
 mod sys;
 mod threads;
 mod uring;
+
+pub use loop_ring::{Completion, LoopRing, LOOP_RING_DEPTH};
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -336,6 +339,17 @@ impl BlockDevice for FileDevice {
             std::os::unix::io::AsRawFd::as_raw_fd(&*self.file),
             &buf,
             offset,
+        )
+    }
+
+    /// A ring of its own on the same file, for the calling event loop.
+    fn loop_ring(&self) -> Option<Result<LoopRing, DeviceError>> {
+        Some(
+            LoopRing::new(self.file.clone(), self.size).map_err(|source| DeviceError::Open {
+                what: "a loop ring on",
+                path: self.path.clone(),
+                source,
+            }),
         )
     }
 

@@ -1,0 +1,164 @@
+//! Commits driven from the submitter's event loop.
+//!
+//! With the commit thread, a commit crosses three threads: the submitter
+//! queues it and wakes the commit thread, which lays out a journal record
+//! and wakes a record thread, which writes it (blocking) and wakes the
+//! submitter's loop with the acknowledgement. When the store is attached
+//! to an event loop ([`attach`]), that loop does the common case itself:
+//! a task on it takes what is queued, lays out the record (`loop_group`)
+//! and starts its durable write on a [`LoopRing`] of its own; the ring's
+//! completion wakes the same loop, which acknowledges the commits there
+//! (their waiters are tasks of that loop: no thread is woken) and hands the
+//! record to a record thread only to write its batch to the key-value
+//! store, off the acknowledgement's path.
+//!
+//! Records still go in order through the same `Flight` (see `record`), so
+//! groups the commit thread lays out and groups the loop does mix freely:
+//! whatever cannot be done without blocking (new data to wait for and
+//! flush, a full journal, a group too large for a record, a failed store,
+//! shutting down) is left to the commit thread, which is woken for it.
+//!
+//! Must never: block the loop; submit a record once detached (detaching
+//! holds the commit state, under which records are handed over); leave a
+//! record in flight unreaped (detaching, or the task being dropped with its
+//! runtime, reaps every one on the calling thread).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cairn_device::{Completion, LoopRing};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::commit::{loop_group, LoopGroup};
+use crate::record::{acknowledge, InFlight};
+use crate::state::Inner;
+
+/// What the loop's task shares with submitters and with detaching.
+pub(crate) struct LoopCommits {
+    ring: LoopRing,
+    /// Records written through the ring, by sequence number, until their
+    /// completion is reaped.
+    in_flight: Mutex<HashMap<u64, InFlight>>,
+    /// Wakes the task: a transaction queued, or detaching.
+    pub wake: Notify,
+    /// Submitters wake the task, not the commit thread. Cleared (under
+    /// the commit state) to detach.
+    pub attached: AtomicBool,
+}
+
+/// Attach `inner` to the calling tokio runtime's loop: spawn its task.
+/// `Ok(false)` if the device has no loop ring (memory and fault devices).
+pub(crate) fn attach(inner: &Arc<Inner>) -> Result<bool, String> {
+    if inner.loop_commits.get().is_some() {
+        return Ok(true);
+    }
+    let ring = match inner.device.loop_ring() {
+        None => return Ok(false),
+        Some(ring) => ring.map_err(|e| e.to_string())?,
+    };
+    let lc = Arc::new(LoopCommits {
+        ring,
+        in_flight: Mutex::new(HashMap::new()),
+        wake: Notify::new(),
+        attached: AtomicBool::new(true),
+    });
+    if inner.loop_commits.set(lc.clone()).is_err() {
+        return Ok(true);
+    }
+    tokio::spawn(run(inner.clone(), lc));
+    Ok(true)
+}
+
+/// Stop committing on the loop: nothing more is handed to the ring, and
+/// every record in flight is reaped (blocking the calling thread) and
+/// handed on. The commit thread is woken for whatever is queued.
+pub(crate) fn detach(inner: &Inner) {
+    let Some(lc) = inner.loop_commits.get() else {
+        return;
+    };
+    {
+        let _commit = inner.commit.lock();
+        lc.attached.store(false, Ordering::Release);
+    }
+    completed(inner, lc, lc.ring.drain_blocking());
+    lc.wake.notify_one();
+    inner.pipeline.commit_ready.notify_one();
+}
+
+/// Reaps what is in flight if the task is dropped (its runtime ended).
+struct Reap<'a>(&'a Inner, &'a LoopCommits);
+
+impl Drop for Reap<'_> {
+    fn drop(&mut self) {
+        self.1.attached.store(false, Ordering::Release);
+        completed(self.0, self.1, self.1.ring.drain_blocking());
+        self.0.pipeline.commit_ready.notify_one();
+    }
+}
+
+/// The loop's task: start groups while it may, then wait for a
+/// completion or a new transaction.
+async fn run(inner: Arc<Inner>, lc: Arc<LoopCommits>) {
+    let _reap = Reap(&inner, &lc);
+    loop {
+        while let LoopGroup::Started = start(&inner, &lc) {}
+        if !lc.attached.load(Ordering::Acquire) && lc.in_flight.lock().is_empty() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            done = lc.ring.completions() => completed(&inner, &lc, done),
+            _ = lc.wake.notified() => {}
+        }
+    }
+}
+
+/// Lay out and start the next group, if it can be done here.
+fn start(inner: &Arc<Inner>, lc: &LoopCommits) -> LoopGroup {
+    loop_group(inner, &lc.attached, |f, record| {
+        let seq = f.seq;
+        // Held across the submit: a completion reaped meanwhile (by a
+        // detaching thread) finds the record once it is in.
+        let mut in_flight = lc.in_flight.lock();
+        match lc.ring.submit(seq, record.offset, record.bytes) {
+            Ok(()) => {
+                in_flight.insert(seq, f);
+                Ok(())
+            }
+            Err(e) => Err((format!("journal write failed: {e}"), f)),
+        }
+    })
+}
+
+/// Hand written records on: acknowledge what is durable and next in
+/// order (here, on the calling thread), and wake a record thread to write
+/// their batches to the key-value store.
+fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
+    let shared = &inner.records;
+    for (seq, result) in done {
+        let Some(f) = lc.in_flight.lock().remove(&seq) else {
+            tracing::error!("a journal write completed for record {seq}, not in flight");
+            continue;
+        };
+        let written = result.map_err(|e| format!("journal write failed: {e}"));
+        let mut flight = shared.flight.lock();
+        if flight.broken || flight.stop {
+            // No record thread will answer it: the store failed or stopped.
+            drop(flight);
+            if let Err(why) = written {
+                inner.fail(why);
+            }
+            for mut p in f.group {
+                p.answer(inner.check_failed());
+            }
+            continue;
+        }
+        flight.written.insert(seq, (f, written));
+        acknowledge(inner, shared, &mut flight);
+        if !flight.answering {
+            shared.handed.notify_one();
+        }
+    }
+}

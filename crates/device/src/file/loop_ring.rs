@@ -1,0 +1,268 @@
+//! [`LoopRing`]: durable writes submitted from an async event loop and
+//! completed on that same loop, with no other thread between the caller
+//! and the kernel.
+//!
+//! The engines of `FileDevice` hand every completion to a reaper thread,
+//! which wakes the caller's executor: two thread hand-offs per request. A
+//! commit log written one record at a time from an event loop pays them on
+//! every commit. A `LoopRing` is a small io_uring of its own whose
+//! completions signal an eventfd that the loop's reactor watches
+//! ([`AsyncFd`]): the loop submits (`io_uring_enter`), goes on with its
+//! other work, and reaps the completion itself when the eventfd fires.
+//!
+//! Every write is `RWF_DSYNC`: complete means durable. Short writes are
+//! continued from where they stopped and `EINTR`/`EAGAIN` retried, as the
+//! engines do. At most [`LOOP_RING_DEPTH`] writes are in flight; a submit
+//! beyond that is refused (the caller bounds its own writes in flight).
+//!
+//! Fault model: an OS error fails only the write that hit it. Dropping the
+//! ring waits, blocking, for the writes the kernel holds (their buffers
+//! must outlive them); their outcomes are then lost, so the owner reaps
+//! with [`LoopRing::drain_blocking`] first when it needs them.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use io_uring::{opcode, types, IoUring};
+use parking_lot::Mutex;
+use tokio::io::unix::AsyncFd;
+
+use crate::{check_range, AlignedBuf, DeviceError};
+
+/// Writes in flight on one ring, at most.
+pub const LOOP_RING_DEPTH: usize = 8;
+/// Retries of `EINTR`/`EAGAIN` before a write is failed.
+const MAX_RETRIES: u32 = 1000;
+
+/// One write in flight.
+struct Write {
+    offset: u64,
+    buf: AlignedBuf,
+    /// Bytes already written.
+    done: usize,
+    retries: u32,
+}
+
+struct State {
+    ring: IoUring,
+    /// In flight, by the caller's token.
+    writes: HashMap<u64, Write>,
+}
+
+/// See the module docs.
+pub struct LoopRing {
+    state: Mutex<State>,
+    eventfd: AsyncFd<OwnedFd>,
+    fd: RawFd,
+    size: u64,
+    /// Keeps `fd` open for as long as the ring may reference it.
+    _file: Arc<File>,
+}
+
+/// The outcome of one write: the caller's token and its result.
+pub type Completion = (u64, Result<(), DeviceError>);
+
+impl LoopRing {
+    /// A ring writing to `file` (`size` usable bytes). Must be called
+    /// inside a tokio runtime with I/O enabled; the ring's completions are
+    /// then reaped by whichever task awaits [`LoopRing::completions`].
+    pub(crate) fn new(file: Arc<File>, size: u64) -> io::Result<Self> {
+        let ring = IoUring::new((LOOP_RING_DEPTH * 2) as u32)?;
+        // SAFETY: eventfd returns a new descriptor we then own, or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+        let efd = unsafe { OwnedFd::from_raw_fd(raw) };
+        ring.submitter().register_eventfd(efd.as_raw_fd())?;
+        // SAFETY: the `AsyncFd` owns `efd`, which nothing else closes or
+        // replaces while it is registered.
+        let eventfd =
+            unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE)? };
+        Ok(Self {
+            state: Mutex::new(State {
+                ring,
+                writes: HashMap::new(),
+            }),
+            eventfd,
+            fd: file.as_raw_fd(),
+            size,
+            _file: file,
+        })
+    }
+
+    /// Writes in flight.
+    pub fn in_flight(&self) -> usize {
+        self.state.lock().writes.len()
+    }
+
+    /// Start writing `buf` at `offset` durably; its completion carries
+    /// `token`, which must not be in flight already.
+    pub fn submit(&self, token: u64, offset: u64, buf: AlignedBuf) -> Result<(), DeviceError> {
+        check_range(offset, buf.len() as u64, self.size)?;
+        let mut st = self.state.lock();
+        if st.writes.len() >= LOOP_RING_DEPTH || st.writes.contains_key(&token) {
+            let why = format!(
+                "loop ring: write {token} refused ({} in flight, at most {LOOP_RING_DEPTH})",
+                st.writes.len()
+            );
+            return Err(io_error(offset, buf.len(), io::Error::other(why)));
+        }
+        let write = Write {
+            offset,
+            buf,
+            done: 0,
+            retries: 0,
+        };
+        let len = write.buf.len();
+        push(&mut st.ring, self.fd, token, &write)?;
+        st.writes.insert(token, write);
+        enter(&st.ring).map_err(|e| io_error(offset, len, e))
+    }
+
+    /// Wait for at least one write to complete; returns every write that
+    /// completed. Cancel-safe: completions are reaped only in the poll that
+    /// returns them.
+    pub async fn completions(&self) -> Vec<Completion> {
+        loop {
+            let done = self.reap();
+            if !done.is_empty() {
+                return done;
+            }
+            let Ok(mut ready) = self.eventfd.readable().await else {
+                // The reactor is gone (runtime shutting down): nothing will
+                // wake this task again.
+                return std::future::pending().await;
+            };
+            let mut count = [0u8; 8];
+            // SAFETY: reading 8 bytes into an 8-byte buffer.
+            let n = unsafe {
+                libc::read(
+                    self.eventfd.get_ref().as_raw_fd(),
+                    count.as_mut_ptr().cast(),
+                    8,
+                )
+            };
+            if n < 0 {
+                ready.clear_ready();
+            }
+        }
+    }
+
+    /// Block until every write in flight completed; returns them all.
+    pub fn drain_blocking(&self) -> Vec<Completion> {
+        let mut out = Vec::new();
+        loop {
+            out.extend(self.reap());
+            let st = self.state.lock();
+            if st.writes.is_empty() {
+                return out;
+            }
+            if let Err(e) = st.ring.submit_and_wait(1) {
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    tracing::debug!(error = %e, "loop ring: waiting for completions");
+                }
+            }
+        }
+    }
+
+    /// Take every completion queued: finished writes are returned, short
+    /// or interrupted ones continued.
+    fn reap(&self) -> Vec<Completion> {
+        let mut st = self.state.lock();
+        let cqes: Vec<(u64, i32)> = st
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        let mut out = Vec::new();
+        let mut resubmit = false;
+        for (token, res) in cqes {
+            let Some(mut w) = st.writes.remove(&token) else {
+                tracing::error!("loop ring: a completion for unknown write {token}");
+                continue;
+            };
+            let outcome = if res == -libc::EINTR || res == -libc::EAGAIN {
+                w.retries += 1;
+                (w.retries <= MAX_RETRIES)
+                    .then_some(())
+                    .ok_or_else(|| io::Error::other(format!("write retried {MAX_RETRIES} times")))
+            } else if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else if res == 0 {
+                Err(io::Error::from(io::ErrorKind::WriteZero))
+            } else {
+                w.done += res as usize;
+                Ok(())
+            };
+            match outcome {
+                Err(e) => out.push((token, Err(io_error(w.offset, w.buf.len(), e)))),
+                Ok(()) if w.done >= w.buf.len() => out.push((token, Ok(()))),
+                Ok(()) => match push(&mut st.ring, self.fd, token, &w) {
+                    Ok(()) => {
+                        st.writes.insert(token, w);
+                        resubmit = true;
+                    }
+                    Err(e) => out.push((token, Err(e))),
+                },
+            }
+        }
+        if resubmit {
+            if let Err(e) = enter(&st.ring) {
+                tracing::warn!(error = %e, "loop ring: resubmitting a short write");
+            }
+        }
+        out
+    }
+}
+
+impl Drop for LoopRing {
+    fn drop(&mut self) {
+        let lost = self.drain_blocking();
+        if !lost.is_empty() {
+            tracing::debug!("loop ring dropped with {} writes unreaped", lost.len());
+        }
+    }
+}
+
+/// Queue the rest of `w` as a `RWF_DSYNC` write.
+fn push(ring: &mut IoUring, fd: RawFd, token: u64, w: &Write) -> Result<(), DeviceError> {
+    let left = (w.buf.len() - w.done) as u32;
+    // SAFETY (pointer arithmetic): `done` < the buffer's length.
+    let ptr = unsafe { w.buf.as_ptr().add(w.done) };
+    let entry = opcode::Write::new(types::Fd(fd), ptr, left)
+        .offset(w.offset + w.done as u64)
+        .rw_flags(libc::RWF_DSYNC)
+        .build()
+        .user_data(token);
+    // SAFETY: the buffer is owned by the `Write` kept in `writes` (its heap
+    // memory does not move) until this entry's completion is reaped.
+    unsafe { ring.submission().push(&entry) }.map_err(|_| {
+        let full = io::Error::other("loop ring: submission queue full");
+        io_error(w.offset, w.buf.len(), full)
+    })
+}
+
+fn io_error(offset: u64, len: usize, source: io::Error) -> DeviceError {
+    DeviceError::Io {
+        op: "durable write",
+        offset,
+        len: len as u64,
+        source,
+    }
+}
+
+/// `io_uring_enter` for what is queued.
+fn enter(ring: &IoUring) -> io::Result<()> {
+    loop {
+        match ring.submit() {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
