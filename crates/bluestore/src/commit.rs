@@ -331,10 +331,13 @@ pub(crate) enum LoopGroup {
 /// path of `start_group` (see `loop_commit`). Only while `attached` (read
 /// under the commit state, which detaching holds) are records handed to
 /// `write`, which starts the durable write of the record and keeps what
-/// answers it; an error from it (handing that back) fails the store.
+/// answers it; an error from it (handing that back) fails the store. When
+/// it waits for records in flight, it sets `stalled` (see
+/// `loop_commit::LoopCommits::poke`).
 pub(crate) fn loop_group(
     inner: &Arc<Inner>,
     attached: &AtomicBool,
+    stalled: &AtomicBool,
     write: impl FnOnce(InFlight, Record) -> Result<(), (String, InFlight)>,
 ) -> LoopGroup {
     let to_thread = || {
@@ -359,10 +362,12 @@ pub(crate) fn loop_group(
         return to_thread();
     }
     {
-        // `wait_unacked(WRITERS - 1)`, without the wait.
+        // `wait_unacked(WRITERS - 1)`, without the wait: whoever moves
+        // `acked` or `settled` next (under this lock) wakes the loop.
         let flight = c.shared.flight.lock();
         let left = WRITERS as u64 - 1;
         if c.st.begun - flight.acked > left || c.st.begun - flight.settled > left + UNSETTLED {
+            stalled.store(true, Ordering::Release);
             return LoopGroup::Wait;
         }
     }
@@ -403,6 +408,7 @@ pub(crate) fn loop_group(
         return to_thread();
     }
     c.request_sync(fill);
+    inner.perf.loop_records.fetch_add(1, Ordering::Relaxed);
     LoopGroup::Started
 }
 
@@ -494,6 +500,9 @@ impl Committer<'_> {
             let mut flight = self.shared.flight.lock();
             flight.settled = seq;
             flight.acked = seq;
+        }
+        if let Some(lc) = inner.loop_commits.get() {
+            lc.poke();
         }
         self.request_sync(fill);
         Ok(())

@@ -46,6 +46,20 @@ pub(crate) struct LoopCommits {
     /// Submitters wake the task, not the commit thread. Cleared (under
     /// the commit state) to detach.
     pub attached: AtomicBool,
+    /// The task waits for records in flight (maybe the commit thread's)
+    /// to be acknowledged or settled: see [`LoopCommits::poke`].
+    stalled: AtomicBool,
+}
+
+impl LoopCommits {
+    /// Called after `acked` or `settled` moved (with the flight lock
+    /// released): wake the task if it waits for that. Set under the
+    /// flight lock by the task, so no move after its check is missed.
+    pub fn poke(&self) {
+        if self.stalled.swap(false, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// Attach `inner` to the calling tokio runtime's loop: spawn its task.
@@ -63,6 +77,7 @@ pub(crate) fn attach(inner: &Arc<Inner>) -> Result<bool, String> {
         in_flight: Mutex::new(HashMap::new()),
         wake: Notify::new(),
         attached: AtomicBool::new(true),
+        stalled: AtomicBool::new(false),
     });
     if inner.loop_commits.set(lc.clone()).is_err() {
         return Ok(true);
@@ -117,7 +132,7 @@ async fn run(inner: Arc<Inner>, lc: Arc<LoopCommits>) {
 
 /// Lay out and start the next group, if it can be done here.
 fn start(inner: &Arc<Inner>, lc: &LoopCommits) -> LoopGroup {
-    loop_group(inner, &lc.attached, |f, record| {
+    loop_group(inner, &lc.attached, &lc.stalled, |f, record| {
         let seq = f.seq;
         // Held across the submit: a completion reaped meanwhile (by a
         // detaching thread) finds the record once it is in.

@@ -17,6 +17,8 @@ pub struct Perf {
     pub journal_records: AtomicU64,
     /// Records written by their transaction's submitter (see `commit`).
     pub inline_commits: AtomicU64,
+    /// Records laid out and written by an event loop (see `loop_commit`).
+    pub loop_records: AtomicU64,
     pub journal_bytes: AtomicU64,
     /// Sum of journal record write latencies (durable), in microseconds.
     pub journal_write_us: AtomicU64,
@@ -50,6 +52,8 @@ pub struct PerfSnapshot {
     pub journal_records: u64,
     /// Of those, written by their transaction's submitter, on its thread.
     pub inline_commits: u64,
+    /// Of those, laid out and written by an event loop (`loop_commit`).
+    pub loop_records: u64,
     pub journal_bytes: u64,
     pub journal_write_mean_us: f64,
     pub kv_syncs: u64,
@@ -111,6 +115,7 @@ impl Perf {
             kv_commit_max_us: get(&self.kv_commit_max_us),
             journal_records: records,
             inline_commits: get(&self.inline_commits),
+            loop_records: get(&self.loop_records),
             journal_write_mean_us: if records == 0 {
                 0.0
             } else {

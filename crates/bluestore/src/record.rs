@@ -186,6 +186,9 @@ pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
             flight = shared.flight.lock();
             flight.settled = next;
             shared.finished.notify_all();
+            if let Some(lc) = inner.loop_commits.get() {
+                lc.poke();
+            }
         }
         flight.answering = false;
     }
@@ -200,6 +203,9 @@ pub(crate) fn acknowledge(inner: &Inner, shared: &Shared, flight: &mut MutexGuar
         MutexGuard::unlocked(flight, || {
             for done in acks {
                 let _ = done.send(Ok(()));
+            }
+            if let Some(lc) = inner.loop_commits.get() {
+                lc.poke();
             }
         });
     }

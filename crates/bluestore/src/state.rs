@@ -160,6 +160,11 @@ impl Inner {
     pub fn fail(&self, why: String) {
         if self.failed.set(why.clone()).is_ok() {
             tracing::error!("object store failed: {why}");
+            // An event loop's task hands what is queued to the commit
+            // thread, which answers it with the failure.
+            if let Some(lc) = self.loop_commits.get() {
+                lc.wake.notify_one();
+            }
         }
     }
 

@@ -126,16 +126,30 @@ fn crash_child_workload() {
     };
     let seed: u64 = seed.parse().expect("seed");
     let start: u64 = start.parse().expect("start");
-    // Every other round with inline commits: a run of submissions from
-    // this one thread then commits on it, never through the record
-    // threads, which the other rounds cover.
-    let store = open(Path::new(&dir), false, (seed + start) % 2 == 0);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // Rounds take turns at how records are written: by their submitter
+    // (inline commits: a run of submissions from this one thread then
+    // commits on it), by the record threads, and by the event loop (the
+    // store attached to a one-thread runtime, as in an OSD; groups with new
+    // data still go through the commit thread).
+    let mode = (seed + start) % 3;
+    let store = open(Path::new(&dir), false, mode == 0);
+    let rt = if mode == 2 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
     rt.block_on(async move {
+        if mode == 2 {
+            assert!(
+                store.attach_to_loop().expect("attach"),
+                "a file device has a loop ring"
+            );
+        }
         let mut pending = std::collections::VecDeque::new();
         for index in start.. {
             let commit = store.submit(txn(seed, index)).expect("submit");
