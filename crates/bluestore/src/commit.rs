@@ -44,7 +44,7 @@ use crate::journal::Record;
 use crate::journal::{Journal, WRITERS};
 use crate::keys;
 use crate::kvsync::{sync_kv, synced};
-use crate::pipeline::{finish_group, Prepared};
+use crate::pipeline::{finish_group, Prepared, Queue};
 use crate::record::{record_loop, Flight, InFlight, Shared, StopRecords};
 use crate::state::Inner;
 
@@ -156,6 +156,12 @@ pub(crate) fn commit_loop(inner: Arc<Inner>) {
                             p.answer(c.inner.check_failed());
                         }
                     }
+                    drop(c);
+                    // An event loop that found the commit state held
+                    // takes up what queued meanwhile.
+                    if let Some(lc) = inner.loop_commits.get() {
+                        lc.wake.notify_one();
+                    }
                 }
                 Next::Drain => {
                     // Finished groups hand their deferred writes to the
@@ -210,8 +216,17 @@ impl Drop for InlineDies<'_> {
 fn wait_for_commits(inner: &Inner, drained: bool) -> Next {
     let pipeline = &inner.pipeline;
     let mut q = pipeline.commits.lock();
-    while q.items.is_empty() {
-        if q.shutdown {
+    // While an event loop commits, it asks for the groups it cannot do.
+    let loop_owns = |q: &Queue<Prepared>| {
+        !q.shutdown
+            && !q.wanted
+            && inner
+                .loop_commits
+                .get()
+                .is_some_and(|lc| lc.attached.load(Ordering::Acquire))
+    };
+    while q.items.is_empty() || loop_owns(&q) {
+        if q.items.is_empty() && q.shutdown {
             if !drained {
                 return Next::Drain;
             }
@@ -238,6 +253,7 @@ fn take_group(inner: &Inner, max_bytes: usize) -> Vec<Prepared> {
         bytes += q.items[n].record_bytes();
         n += 1;
     }
+    q.wanted = false;
     q.items.drain(..n).collect()
 }
 
@@ -257,6 +273,10 @@ pub(crate) struct Inline<'a>(Committer<'a>);
 /// transaction queues behind it; the state lock need not be.
 pub(crate) fn try_inline<'a>(inner: &'a Arc<Inner>, p: &Prepared) -> Option<Inline<'a>> {
     if !inner.opts.inline_commits || p.data.is_some() || inner.failed.get().is_some() {
+        return None;
+    }
+    if inner.loop_commits.get().is_some() {
+        // An event loop commits; the loop's thread must never block.
         return None;
     }
     let st = inner.commit.try_lock()?;
@@ -340,16 +360,19 @@ pub(crate) fn loop_group(
     stalled: &AtomicBool,
     write: impl FnOnce(InFlight, Record) -> Result<(), (String, InFlight)>,
 ) -> LoopGroup {
-    let to_thread = || {
+    // Set under the queue's lock, which the commit thread holds from
+    // checking it to waiting: no request is missed.
+    let ask_thread = |q: &mut Queue<Prepared>| {
+        q.wanted = true;
         inner.pipeline.commit_ready.notify_one();
         LoopGroup::Thread
     };
+    let to_thread = || ask_thread(&mut inner.pipeline.commits.lock());
     if inner.pipeline.commits.lock().items.is_empty() {
         return LoopGroup::Wait;
     }
     let Some(st) = inner.commit.try_lock() else {
-        // The commit thread holds it, and takes the queue once done.
-        inner.pipeline.commit_ready.notify_one();
+        // The commit thread holds it, and wakes the loop once done.
         return LoopGroup::Wait;
     };
     let mut c = Committer {
@@ -375,7 +398,7 @@ pub(crate) fn loop_group(
     let mut group = {
         let mut q = inner.pipeline.commits.lock();
         if q.shutdown || q.dead.is_some() {
-            return to_thread();
+            return ask_thread(&mut q);
         }
         let (mut n, mut bytes) = (0, 0);
         while n < q.items.len().min(MAX_GROUP)
@@ -387,11 +410,11 @@ pub(crate) fn loop_group(
         }
         if n == 0 {
             // New data to wait for, or too large for a record.
-            return to_thread();
+            return ask_thread(&mut q);
         }
         c.st.journal.retire(retirable(inner));
         if !c.st.journal.room(bytes + TAIL_PUT_BYTES).0 {
-            return to_thread();
+            return ask_thread(&mut q);
         }
         q.items.drain(..n).collect::<Vec<_>>()
     };

@@ -203,7 +203,7 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
     let mut st = inner.state.lock();
     let seq = st.next_seq;
     st.next_seq += 1;
-    inner.pipeline.submit(Prepared {
+    inner.queue_commit(Prepared {
         seq,
         batch,
         data: None,

@@ -99,6 +99,13 @@ pub(crate) fn detach(inner: &Inner) {
     }
     completed(inner, lc, lc.ring.drain_blocking());
     lc.wake.notify_one();
+    wake_commit_thread(inner);
+}
+
+/// Wake the commit thread to take everything queued, now that the loop
+/// no longer does (under the queue's lock: see `commit::wait_for_commits`).
+fn wake_commit_thread(inner: &Inner) {
+    let _q = inner.pipeline.commits.lock();
     inner.pipeline.commit_ready.notify_one();
 }
 
@@ -109,7 +116,7 @@ impl Drop for Reap<'_> {
     fn drop(&mut self) {
         self.1.attached.store(false, Ordering::Release);
         completed(self.0, self.1, self.1.ring.drain_blocking());
-        self.0.pipeline.commit_ready.notify_one();
+        wake_commit_thread(self.0);
     }
 }
 

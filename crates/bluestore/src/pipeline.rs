@@ -199,6 +199,9 @@ pub(crate) struct Queue<T> {
     /// Why nothing queued will be served any more (a pipeline thread
     /// died): new items are answered with this at once.
     pub(crate) dead: Option<String>,
+    /// While an event loop commits (`loop_commit`), the commit thread
+    /// takes a group only when the loop asks, setting this.
+    pub(crate) wanted: bool,
 }
 
 impl<T> Default for Queue<T> {
@@ -207,6 +210,7 @@ impl<T> Default for Queue<T> {
             items: VecDeque::new(),
             shutdown: false,
             dead: None,
+            wanted: false,
         }
     }
 }

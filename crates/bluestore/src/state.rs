@@ -168,6 +168,20 @@ impl Inner {
         }
     }
 
+    /// Queue a built transaction (in sequence order: under the state
+    /// lock) for whoever commits: an attached event loop's task, or the
+    /// commit thread.
+    pub fn queue_commit(&self, p: crate::pipeline::Prepared) {
+        match self.loop_commits.get() {
+            Some(lc) if lc.attached.load(Ordering::Acquire) => {
+                // The loop's task takes it once this turn of the loop ends.
+                self.pipeline.queue(p);
+                lc.wake.notify_one();
+            }
+            _ => self.pipeline.submit(p),
+        }
+    }
+
     pub fn check_failed(&self) -> Result<(), StoreError> {
         match self.failed.get() {
             Some(why) => Err(StoreError::Failed(why.clone())),

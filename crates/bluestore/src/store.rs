@@ -273,21 +273,12 @@ impl ObjectStore for BlueStore {
         builder.build(&txn)?;
         let (done, commit) = Commit::pending();
         let prepared = builder.finish(done);
-        if let Some(lc) = self.inner.loop_commits.get() {
-            if lc.attached.load(Ordering::Acquire) {
-                // The loop's task takes it once this turn of the loop ends.
-                self.inner.pipeline.queue(prepared);
-                drop(st);
-                lc.wake.notify_one();
-                return Ok(commit);
-            }
-        }
         match try_inline(&self.inner, &prepared) {
             Some(inline) => {
                 drop(st);
                 inline.commit(prepared);
             }
-            None => self.inner.pipeline.submit(prepared),
+            None => self.inner.queue_commit(prepared),
         }
         Ok(commit)
     }

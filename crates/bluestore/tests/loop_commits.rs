@@ -120,12 +120,12 @@ fn loop_commits_match_the_model_across_a_remount() {
         let before = store.perf();
         run(&store, &model, seed ^ 1, false).await;
         let after = store.perf();
-        // Not all: a full journal, or the key-value store's sync, has the
-        // commit thread take a group now and then.
+        // Nearly all: a full journal has the commit thread make room.
         let records = after.journal_records - before.journal_records;
         let by_loop = after.loop_records - before.loop_records;
+        eprintln!("small overwrites: the loop wrote {by_loop} of {records} records");
         assert!(
-            records > 0 && by_loop * 4 >= records * 3,
+            records > 0 && by_loop * 10 >= records * 9,
             "the loop wrote {by_loop} of {records} records of small overwrites"
         );
         run(&store, &model, seed ^ 2, true).await;
