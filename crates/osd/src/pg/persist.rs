@@ -126,7 +126,7 @@ pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Loaded>, LoadErr
             ),
         });
     };
-    let info: PgInfo = decode(&raw).map_err(|reason| LoadError::Decode {
+    let mut info: PgInfo = decode(&raw).map_err(|reason| LoadError::Decode {
         pg,
         what: "info".into(),
         reason,
@@ -156,13 +156,17 @@ pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Loaded>, LoadErr
     {
         return Err(inconsistent(format!("log: {e}")));
     }
-    // A split PG's log may end before last_update (the parent's later
-    // entries were for its other objects), never after.
-    let newest = entries.last().map_or(info.log_tail, |e| e.version);
-    if newest > info.last_update || info.last_update < info.log_tail {
+    // Entries are appended without rewriting the info ("fast info", see
+    // `Pg::prepare_append`): the newest entry is the PG's last update when
+    // it is newer than the info's. A split PG's log may also end before
+    // last_update (the parent's later entries were for its other objects).
+    if let Some(newest) = entries.last() {
+        info.last_update = info.last_update.max(newest.version);
+    }
+    if info.last_update < info.log_tail {
         return Err(inconsistent(format!(
-            "log (tail {}) ends at {newest} but info says last_update {}",
-            info.log_tail, info.last_update
+            "info says last_update {} before its log tail {}",
+            info.last_update, info.log_tail
         )));
     }
     let log = PgLog::with_head(info.log_tail, info.last_update, entries);
@@ -303,5 +307,70 @@ mod tests {
         assert!(decode_entry(&long).is_err());
         let short = encode(&old);
         assert!(decode_entry(&short[..short.len() - 1]).is_err());
+    }
+
+    fn entry(version: Version) -> LogEntry {
+        LogEntry {
+            version,
+            prior_version: Version::ZERO,
+            reqid: Some(ReqId {
+                client: 1,
+                tid: version.counter,
+            }),
+            oid: format!("obj{}", version.counter),
+            op: LogOp::Modify,
+            superseded: Vec::new(),
+        }
+    }
+
+    fn load_now(store: &cairn_store::memstore::MemStore, pg: PgId) -> Loaded {
+        load(store, pg).expect("load").expect("the PG is there")
+    }
+
+    /// Entries appended after the info was last saved ("fast info") make
+    /// the loaded last_update; an info ahead of a sparse log (a split
+    /// child's) is kept; an info behind its own tail is refused.
+    #[tokio::test]
+    async fn last_update_is_the_newest_of_the_info_and_the_log() {
+        let store = cairn_store::memstore::MemStore::new();
+        let pg = PgId::new(1, 0);
+        let mut info = PgInfo::empty(pg, 8);
+        info.last_update = Version::new(1, 2);
+        let mut txn = Transaction::new();
+        save_info(&mut txn, &info);
+        for n in 1..=2 {
+            log_append(&mut txn, pg, &entry(Version::new(1, n)));
+        }
+        store.submit(txn).expect("submit").await.expect("commit");
+        assert_eq!(load_now(&store, pg).info.last_update, Version::new(1, 2));
+
+        let mut txn = Transaction::new();
+        for n in 3..=5 {
+            log_append(&mut txn, pg, &entry(Version::new(1, n)));
+        }
+        store.submit(txn).expect("submit").await.expect("commit");
+        let loaded = load_now(&store, pg);
+        assert_eq!(loaded.info.last_update, Version::new(1, 5));
+        assert_eq!(loaded.log.head(), Version::new(1, 5));
+        assert_eq!(loaded.log.len(), 5);
+
+        // A sparse log ending before the info's last_update.
+        info.last_update = Version::new(2, 9);
+        let mut txn = Transaction::new();
+        save_info(&mut txn, &info);
+        store.submit(txn).expect("submit").await.expect("commit");
+        assert_eq!(load_now(&store, pg).info.last_update, Version::new(2, 9));
+
+        // An info whose last_update is before its log tail.
+        info.last_update = Version::new(1, 1);
+        info.log_tail = Version::new(3, 0);
+        let mut txn = Transaction::new();
+        txn.log_trim(pg, Version::new(u32::MAX, u64::MAX));
+        save_info(&mut txn, &info);
+        store.submit(txn).expect("submit").await.expect("commit");
+        assert!(matches!(
+            load(&store, pg),
+            Err(LoadError::Inconsistent { .. })
+        ));
     }
 }

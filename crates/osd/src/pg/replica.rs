@@ -393,8 +393,8 @@ impl Pg {
         self.finish_append(entry, trim);
     }
 
-    /// Put `entry` (the next log entry) and the info it makes into `txn`,
-    /// trimming the log in batches beyond the configured length. Returns
+    /// Put `entry` (the next log entry) into `txn`, trimming the log in
+    /// batches beyond the configured length (with the info then). Returns
     /// how to trim the log in memory; [`Pg::finish_append`] applies it once
     /// `txn` is submitted.
     pub(crate) fn prepare_append(
@@ -404,8 +404,6 @@ impl Pg {
         txn: &mut Transaction,
     ) -> Option<Version> {
         persist::log_append(txn, self.id, entry);
-        let mut info = self.info.clone();
-        info.last_update = entry.version;
         let max = ctx.opts.pg_log_max_entries;
         let added = 1 + entry.superseded.len();
         let trim = if self.log.weight() + added > max + max / 8 + 16 {
@@ -414,11 +412,17 @@ impl Pg {
         } else {
             None
         };
+        // The stored info is not rewritten for every entry (Ceph's "fast
+        // info"): its last_update may lag the stored log, whose newest
+        // entry `persist::load` takes instead. Only a trim, which moves
+        // log_tail, saves it.
         if let Some(tail) = trim {
             txn.log_trim(self.id, tail);
+            let mut info = self.info.clone();
+            info.last_update = entry.version;
             info.log_tail = tail;
+            persist::save_info(txn, &info);
         }
-        persist::save_info(txn, &info);
         trim
     }
 
