@@ -136,6 +136,10 @@ pub(crate) fn commit_loop(inner: Arc<Inner>) {
         loop {
             match wait_for_commits(&inner, drained) {
                 Next::Commits => {
+                    // However the commit state is released (an empty group
+                    // too), an event loop that found it held takes up what
+                    // queued meanwhile. Declared first: dropped after `c`.
+                    let _wake = WakeLoop(&inner);
                     let mut c = Committer::lock(&inner);
                     // A group formed only once a record can start takes in
                     // everything that queued meanwhile: fewer, larger
@@ -155,12 +159,6 @@ pub(crate) fn commit_loop(inner: Arc<Inner>) {
                         for mut p in group {
                             p.answer(c.inner.check_failed());
                         }
-                    }
-                    drop(c);
-                    // An event loop that found the commit state held
-                    // takes up what queued meanwhile.
-                    if let Some(lc) = inner.loop_commits.get() {
-                        lc.wake.notify_one();
                     }
                 }
                 Next::Drain => {
@@ -183,6 +181,17 @@ pub(crate) fn commit_loop(inner: Arc<Inner>) {
         }
     }
     inner.pipeline.shutdown_sync();
+}
+
+/// Wakes an event loop's commit task when dropped (see `commit_loop`).
+struct WakeLoop<'a>(&'a Inner);
+
+impl Drop for WakeLoop<'_> {
+    fn drop(&mut self) {
+        if let Some(lc) = self.0.loop_commits.get() {
+            lc.wake.notify_one();
+        }
+    }
 }
 
 enum Next {
@@ -267,7 +276,7 @@ pub(crate) struct Inline<'a>(Committer<'a>);
 /// the record is written on the submitter's thread and the commit is
 /// complete when [`Inline::commit`] returns: at queue depth 1 that saves
 /// the hand-offs to the commit thread and back (two thread wake-ups).
-/// Otherwise `None`, and `p` is to be queued as usual (`Pipeline::submit`).
+/// Otherwise `None`, and `p` is to be queued as usual (`Inner::queue_commit`).
 ///
 /// The commit state stays held until the commit is done, so any later
 /// transaction queues behind it; the state lock need not be.
@@ -309,7 +318,7 @@ pub(crate) fn try_inline<'a>(inner: &'a Arc<Inner>, p: &Prepared) -> Option<Inli
     if !c.st.journal.room(payload_len).0 {
         return None;
     }
-    // As `Pipeline::submit` would, still under the state lock.
+    // As `Pipeline::queue_then` would, still under the state lock.
     inner.pipeline.note_unapplied(p);
     Some(Inline(c))
 }

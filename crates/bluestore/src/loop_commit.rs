@@ -65,8 +65,9 @@ impl LoopCommits {
 /// Attach `inner` to the calling tokio runtime's loop: spawn its task.
 /// `Ok(false)` if the device has no loop ring (memory and fault devices).
 pub(crate) fn attach(inner: &Arc<Inner>) -> Result<bool, String> {
-    if inner.loop_commits.get().is_some() {
-        return Ok(true);
+    if let Some(lc) = inner.loop_commits.get() {
+        // Once detached, a store stays on its commit thread.
+        return Ok(lc.attached.load(Ordering::Acquire));
     }
     let ring = match inner.device.loop_ring() {
         None => return Ok(false),
@@ -93,8 +94,14 @@ pub(crate) fn detach(inner: &Inner) {
     let Some(lc) = inner.loop_commits.get() else {
         return;
     };
+    // Reap first: the commit thread may hold the commit state while it
+    // waits for the loop's records, and the loop may be this thread.
+    completed(inner, lc, lc.ring.drain_blocking());
     {
+        // Under the commit state no record is handed to the ring after
+        // this; under the queue's lock no submitter queues for the loop.
         let _commit = inner.commit.lock();
+        let _q = inner.pipeline.commits.lock();
         lc.attached.store(false, Ordering::Release);
     }
     completed(inner, lc, lc.ring.drain_blocking());
@@ -114,7 +121,11 @@ struct Reap<'a>(&'a Inner, &'a LoopCommits);
 
 impl Drop for Reap<'_> {
     fn drop(&mut self) {
-        self.1.attached.store(false, Ordering::Release);
+        // The task is gone: it hands nothing more to the ring.
+        {
+            let _q = self.0.pipeline.commits.lock();
+            self.1.attached.store(false, Ordering::Release);
+        }
         completed(self.0, self.1, self.1.ring.drain_blocking());
         wake_commit_thread(self.0);
     }
@@ -167,11 +178,16 @@ fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
         let written = result.map_err(|e| format!("journal write failed: {e}"));
         let mut flight = shared.flight.lock();
         if flight.broken || flight.stop {
-            // No record thread will answer it: the store failed or stopped.
+            // No record thread will answer it, nor the records before it:
+            // never acknowledged, and the store is failed (a clean stop
+            // leaves no record in flight).
             drop(flight);
-            if let Err(why) = written {
-                inner.fail(why);
-            }
+            inner.fail(match written {
+                Err(why) => why,
+                Ok(()) => {
+                    format!("journal record {seq} completed after the record threads stopped")
+                }
+            });
             for mut p in f.group {
                 p.answer(inner.check_failed());
             }

@@ -244,23 +244,20 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Queue a built transaction (in sequence order: called under the state
-    /// lock). Its deferred writes, if any, count as unapplied from now on.
-    pub fn submit(&self, p: Prepared) {
-        self.queue(p);
-        self.commit_ready.notify_one();
-    }
-
-    /// Queue a built transaction as [`submit`](Self::submit) does, without
-    /// waking the commit thread: the caller wakes whoever takes it.
-    pub fn queue(&self, p: Prepared) {
+    /// lock), then run `decide` under the queue's lock; `None` if it was
+    /// answered at once instead (the pipeline is dead). Its deferred
+    /// writes, if any, count as unapplied from now on. The caller wakes
+    /// whoever takes it (see `Inner::queue_commit`).
+    pub fn queue_then<R>(&self, p: Prepared, decide: impl FnOnce() -> R) -> Option<R> {
         self.note_unapplied(&p);
         let mut q = self.commits.lock();
         if let Some(why) = &q.dead {
             let mut p = p;
             p.answer(Err(StoreError::Failed(why.clone())));
-            return;
+            return None;
         }
         q.items.push_back(p);
+        Some(decide())
     }
 
     /// `p`'s deferred writes, if any, count as unapplied from now on

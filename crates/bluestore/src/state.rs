@@ -172,13 +172,19 @@ impl Inner {
     /// lock) for whoever commits: an attached event loop's task, or the
     /// commit thread.
     pub fn queue_commit(&self, p: crate::pipeline::Prepared) {
-        match self.loop_commits.get() {
-            Some(lc) if lc.attached.load(Ordering::Acquire) => {
-                // The loop's task takes it once this turn of the loop ends.
-                self.pipeline.queue(p);
-                lc.wake.notify_one();
+        // Read under the queue's lock, which detaching takes to clear it:
+        // either detaching finds this transaction queued, or this finds
+        // the loop detached.
+        let lc = self.loop_commits.get();
+        let on_loop = self.pipeline.queue_then(p, || {
+            lc.is_some_and(|lc| lc.attached.load(Ordering::Acquire))
+        });
+        match (on_loop, lc) {
+            // The loop's task takes it once this turn of the loop ends.
+            (Some(true), Some(lc)) => lc.wake.notify_one(),
+            _ => {
+                self.pipeline.commit_ready.notify_one();
             }
-            _ => self.pipeline.submit(p),
         }
     }
 

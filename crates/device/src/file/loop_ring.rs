@@ -120,6 +120,10 @@ impl LoopRing {
         };
         let len = write.buf.len();
         push(&mut st.ring, self.fd, token, &write)?;
+        // Kept from here on, whatever `enter` says: the entry is queued,
+        // so the buffer must outlive it. If entering fails, a later enter
+        // (before every wait for completions) may still submit it; the
+        // caller has failed by then and acknowledges nothing of it.
         st.writes.insert(token, write);
         enter(&st.ring).map_err(|e| io_error(offset, len, e))
     }
@@ -129,6 +133,7 @@ impl LoopRing {
     /// returns them.
     pub async fn completions(&self) -> Vec<Completion> {
         loop {
+            self.enter_queued();
             let done = self.reap();
             if !done.is_empty() {
                 return done;
@@ -154,19 +159,44 @@ impl LoopRing {
     }
 
     /// Block until every write in flight completed; returns them all.
+    ///
+    /// It holds the ring while it waits: a task reaping on another thread
+    /// waits with it (this is for detaching and dropping only).
     pub fn drain_blocking(&self) -> Vec<Completion> {
         let mut out = Vec::new();
+        let mut errors = 0u32;
         loop {
             out.extend(self.reap());
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             if st.writes.is_empty() {
                 return out;
             }
             if let Err(e) = st.ring.submit_and_wait(1) {
                 if e.raw_os_error() != Some(libc::EINTR) {
-                    tracing::debug!(error = %e, "loop ring: waiting for completions");
+                    errors += 1;
+                    if errors > MAX_RETRIES {
+                        // The buffers of what is left are leaked rather
+                        // than freed under the kernel.
+                        tracing::error!(error = %e, "loop ring: giving up waiting for {} writes", st.writes.len());
+                        std::mem::forget(std::mem::take(&mut st.writes));
+                        return out;
+                    }
+                    drop(st);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
+        }
+    }
+
+    /// Enter what is queued and not yet submitted (an earlier enter that
+    /// failed, or a continuation's); failures are left for the next call.
+    fn enter_queued(&self) {
+        let mut st = self.state.lock();
+        if st.ring.submission().is_empty() {
+            return;
+        }
+        if let Err(e) = enter(&st.ring) {
+            tracing::warn!(error = %e, "loop ring: entering queued writes");
         }
     }
 
@@ -256,13 +286,27 @@ fn io_error(offset: u64, len: usize, source: io::Error) -> DeviceError {
     }
 }
 
-/// `io_uring_enter` for what is queued.
+/// `io_uring_enter` until everything queued is submitted; transient
+/// errors (`EINTR`, `EAGAIN`, `EBUSY`) are retried a bounded number of
+/// times.
 fn enter(ring: &IoUring) -> io::Result<()> {
+    let mut retries = 0;
     loop {
         match ring.submit() {
-            Ok(_) => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            // SAFETY: the submission queue is only touched under the
+            // state's lock, which every caller holds.
+            Ok(_) if unsafe { ring.submission_shared() }.is_empty() => return Ok(()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) && retries < MAX_RETRIES => {}
             Err(e) => return Err(e),
+        }
+        retries += 1;
+        if retries > MAX_RETRIES {
+            return Err(io::Error::other("io_uring_enter submitted nothing"));
         }
     }
 }
