@@ -221,10 +221,19 @@ fn deep_scrub_finds_rot_and_repair_rewrites_it() {
         .expect("two objects in one PG");
     let acting = sim.map().acting(pg).osds;
     sim.corrupt(acting[1], 0, 0);
+    // The PG was created well under a second ago (simulated): the scrub's
+    // stamp must still move past the creation stamp (`pg scrub --wait`
+    // watches for that).
+    let created = sim.pg_stat(pg).expect("pg stat").last_scrub;
+    assert!(created > 0);
     sim.scrub(pg, false, false).expect("scrub");
-    assert!(sim.run_until(WAIT, |s| s
-        .pg_stat(pg)
-        .is_some_and(|st| st.last_scrub > 0 && !st.state.contains("scrubbing"))));
+    assert!(
+        sim.run_until(WAIT, |s| s.pg_stat(pg).is_some_and(|st| st.last_scrub
+            > created
+            && !st.state.contains("scrubbing"))),
+        "{}",
+        sim.failure("light scrub did not move the scrub stamp")
+    );
     assert!(
         sim.pg_stat(pg).unwrap().inconsistent.is_empty(),
         "a light scrub reads no data"

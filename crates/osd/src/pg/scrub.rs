@@ -501,10 +501,13 @@ impl Pg {
             return;
         };
         ctx.slots.release_scrub(self.id);
+        // Stamps have a resolution of a second; each scrub moves its stamp
+        // forward even when it ends in the second the last one did (or the PG
+        // was created in), so `pg scrub --wait` can tell it happened.
         let now = ctx.io.wall_secs();
-        self.info.last_scrub = now;
+        self.info.last_scrub = now.max(self.info.last_scrub + 1);
         if scrub.deep {
-            self.info.last_deep_scrub = now;
+            self.info.last_deep_scrub = now.max(self.info.last_deep_scrub + 1);
         }
         let mut txn = Transaction::new();
         persist::save_info(&mut txn, &self.info);
