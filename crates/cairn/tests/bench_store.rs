@@ -135,6 +135,13 @@ fn memstore_points_in_json_and_nothing_left_behind() {
     assert_eq!(rows[1]["rw"], "randread");
     assert_eq!(rows[1]["iodepth"], 32);
     assert!(rows[1]["p99.99_us"].as_f64().expect("p99.99") > 0.0);
+    for row in rows {
+        // The process did work for every measured op: CPU per op is
+        // positive and bounded (a second per op would be a broken window).
+        let cpu = row["cpu_us_per_op"].as_f64().expect("cpu_us_per_op");
+        assert!(cpu > 0.0 && cpu < 1e6, "{row}");
+        assert!(row["context_switches_per_op"].as_f64().is_some(), "{row}");
+    }
     assert_eq!(doc["store"], "memstore");
     assert_eq!(doc["size"], 64u64 << 20);
     assert_eq!(doc["fio"]["state"], "disabled");

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn_bench::{fmt_bytes, fmt_us, DirStats, RwMode};
+use cairn_osd::ProcessUsage;
 use serde::Serialize;
 
 use super::fio::{FioStatus, SYNC_PATH};
@@ -37,6 +38,14 @@ pub(super) struct Row {
     /// The BlueStore's counters over this point.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) perf: Option<PerfSummary>,
+    /// This process's CPU time (the store's threads and the load
+    /// generator) over the measured window, per operation (store rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) cpu_us_per_op: Option<f64>,
+    /// This process's context switches over the measured window, per
+    /// operation (store rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) context_switches_per_op: Option<f64>,
 }
 
 impl Row {
@@ -55,6 +64,8 @@ impl Row {
             p99_99_us: 0.0,
             ops: None,
             perf: None,
+            cpu_us_per_op: None,
+            context_switches_per_op: None,
         }
     }
 
@@ -71,9 +82,24 @@ impl Row {
         }
     }
 
+    /// Set the CPU time and context switches per operation from this
+    /// process's usage at the start and the end of the measured window.
+    pub(super) fn set_usage(&mut self, before: ProcessUsage, after: ProcessUsage) {
+        let Some(ops) = self.ops.filter(|&n| n > 0) else {
+            return;
+        };
+        let per_op = |a: u64, b: u64| b.checked_sub(a).map(|d| d as f64 / ops as f64);
+        self.cpu_us_per_op = per_op(before.cpu_us, after.cpu_us);
+        self.context_switches_per_op = per_op(before.context_switches, after.context_switches);
+    }
+
     pub(super) fn line(&self) -> String {
+        let opt = |v: Option<f64>, digits: usize| match v {
+            Some(v) => format!("{v:.digits$}"),
+            None => "-".to_string(),
+        };
         format!(
-            "{:<8} {:<9} {:>4} {:>7} {:>10.0} {:>9.1} {:>9} {:>9} {:>9} {:>10}",
+            "{:<8} {:<9} {:>4} {:>7} {:>10.0} {:>9.1} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7}",
             self.path,
             self.rw.as_str(),
             fmt_bytes(self.bs),
@@ -84,13 +110,15 @@ impl Row {
             fmt_us(self.p50_us),
             fmt_us(self.p99_us),
             fmt_us(self.p99_99_us),
+            opt(self.cpu_us_per_op, 1),
+            opt(self.context_switches_per_op, 2),
         )
     }
 }
 
 pub(super) fn table_header() -> String {
     format!(
-        "{:<8} {:<9} {:>4} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "{:<8} {:<9} {:>4} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7}",
         "path",
         "workload",
         "bs",
@@ -100,7 +128,9 @@ pub(super) fn table_header() -> String {
         "mean(us)",
         "p50(us)",
         "p99(us)",
-        "p99.99(us)"
+        "p99.99(us)",
+        "cpu/op(us)",
+        "csw/op"
     )
 }
 
@@ -281,6 +311,31 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_per_op_over_the_measured_ops() {
+        let p = Point {
+            rw: RwMode::RandWrite,
+            bs: 4096,
+            iodepth: 1,
+        };
+        let mut row = Row::new("store", p);
+        let at = |cpu_us, context_switches| ProcessUsage {
+            cpu_us,
+            context_switches,
+        };
+        row.set_usage(at(1_000, 10), at(5_000, 50));
+        assert_eq!(row.cpu_us_per_op, None, "no ops counted: nothing per op");
+        row.ops = Some(200);
+        row.set_usage(at(1_000, 10), at(5_000, 50));
+        assert_eq!(row.cpu_us_per_op, Some(20.0));
+        assert_eq!(row.context_switches_per_op, Some(0.2));
+        assert!(row.line().ends_with("20.0    0.20"), "{}", row.line());
+        assert_eq!(
+            row.line().split_whitespace().count(),
+            table_header().split_whitespace().count()
+        );
+    }
 
     #[test]
     fn peak_rss_reads_vmhwm() {

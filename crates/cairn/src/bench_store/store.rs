@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result};
 use cairn_bench::{fmt_us, BenchSpec, StoreVolume, StoreVolumeOptions};
 use cairn_bluestore::{BlueStore, PerfSnapshot};
 use cairn_config::StoreKind;
+use cairn_osd::ProcessUsage;
 use cairn_store::ObjectStore;
 use serde::Serialize;
 
@@ -93,9 +94,15 @@ pub(super) async fn store_points(
             ..BenchSpec::default()
         };
         let before = perf();
-        let report = cairn_bench::run(volume.clone(), &spec)
-            .await
-            .with_context(|| format!("store point {}", p.name()))?;
+        // This process's usage is sampled when the measured window starts
+        // (after the ramp) and when the point ends.
+        let ramp = spec.ramp;
+        let (report, usage_before) = tokio::join!(cairn_bench::run(volume.clone(), &spec), async {
+            tokio::time::sleep(ramp).await;
+            ProcessUsage::now()
+        });
+        let usage_after = ProcessUsage::now();
+        let report = report.with_context(|| format!("store point {}", p.name()))?;
         let dir = if p.rw.writes() {
             &report.write
         } else {
@@ -104,6 +111,9 @@ pub(super) async fn store_points(
         let mut row = Row::from_stats(p, dir);
         if let (Some(a), Some(b)) = (&before, &perf()) {
             row.perf = Some(PerfSummary::between(a, b));
+        }
+        if let (Some(a), Some(b)) = (usage_before, usage_after) {
+            row.set_usage(a, b);
         }
         out.line(row.line());
         rows.push(row);
