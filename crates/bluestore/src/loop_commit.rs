@@ -8,9 +8,10 @@
 //! a task on it takes what is queued, lays out the record (`loop_group`)
 //! and starts its durable write on a [`LoopRing`] of its own; the ring's
 //! completion wakes the same loop, which acknowledges the commits there
-//! (their waiters are tasks of that loop: no thread is woken) and hands the
-//! record to a record thread only to write its batch to the key-value
-//! store, off the acknowledgement's path.
+//! (their waiters are tasks of that loop: no thread is woken) and then
+//! writes the record's batch to the key-value store, off the
+//! acknowledgement's path, if the store takes it without waiting; a batch
+//! that would wait (a RocksDB write stall) goes to a record thread.
 //!
 //! Records still go in order through the same `Flight` (see `record`), so
 //! groups the commit thread lays out and groups the loop does mix freely:
@@ -32,7 +33,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::commit::{loop_group, LoopGroup};
-use crate::record::{acknowledge, InFlight};
+use crate::record::{acknowledge, answer_on_loop, InFlight};
 use crate::state::Inner;
 
 /// What the loop's task shares with submitters and with detaching.
@@ -166,8 +167,8 @@ fn start(inner: &Arc<Inner>, lc: &LoopCommits) -> LoopGroup {
 }
 
 /// Hand written records on: acknowledge what is durable and next in
-/// order (here, on the calling thread), and wake a record thread to write
-/// their batches to the key-value store.
+/// order, and write their batches to the key-value store (both here, on
+/// the calling thread), or wake a record thread for what would wait.
 fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
     let shared = &inner.records;
     for (seq, result) in done {
@@ -195,8 +196,8 @@ fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
         }
         flight.written.insert(seq, (f, written));
         acknowledge(inner, shared, &mut flight);
-        if !flight.answering {
-            shared.handed.notify_one();
-        }
     }
+    // Write the batches here too when the key-value store takes them
+    // without waiting; a record thread gets the rest.
+    answer_on_loop(inner, shared, &mut shared.flight.lock());
 }

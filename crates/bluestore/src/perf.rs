@@ -19,6 +19,9 @@ pub struct Perf {
     pub inline_commits: AtomicU64,
     /// Records laid out and written by an event loop (see `loop_commit`).
     pub loop_records: AtomicU64,
+    /// Records whose key-value batch the event loop wrote itself (see
+    /// `record::answer_on_loop`).
+    pub loop_kv_writes: AtomicU64,
     pub journal_bytes: AtomicU64,
     /// Sum of journal record write latencies (durable), in microseconds.
     pub journal_write_us: AtomicU64,
@@ -54,6 +57,9 @@ pub struct PerfSnapshot {
     pub inline_commits: u64,
     /// Of those, laid out and written by an event loop (`loop_commit`).
     pub loop_records: u64,
+    /// Of those, with their key-value batch written by the event loop
+    /// too (no record thread woken).
+    pub loop_kv_writes: u64,
     pub journal_bytes: u64,
     pub journal_write_mean_us: f64,
     pub kv_syncs: u64,
@@ -116,6 +122,7 @@ impl Perf {
             journal_records: records,
             inline_commits: get(&self.inline_commits),
             loop_records: get(&self.loop_records),
+            loop_kv_writes: get(&self.loop_kv_writes),
             journal_write_mean_us: if records == 0 {
                 0.0
             } else {

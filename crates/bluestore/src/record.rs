@@ -133,7 +133,8 @@ impl Drop for RecordThreadDies<'_> {
 /// record written that is next in order, unless another thread already is.
 ///
 /// Records an event loop wrote (`loop_commit`) arrive in `written`
-/// already acknowledged; a record thread is woken to answer them.
+/// already acknowledged; the loop answers them itself when it can
+/// ([`answer_on_loop`]), and wakes a record thread for the rest.
 pub(crate) fn record_loop(inner: &Inner, shared: &Shared) {
     let _dies = RecordThreadDies(inner, shared);
     loop {
@@ -234,10 +235,74 @@ fn take_acks(inner: &Inner, flight: &mut Flight) -> Vec<Done> {
     acks
 }
 
+/// Most records an event loop answers in one go (see [`answer_on_loop`]):
+/// a bound on the loop's time away from its other work; what is left goes
+/// to a record thread.
+const LOOP_ANSWER_MAX: usize = 8;
+
+/// Answer records next in order on an event loop, as a record thread
+/// would, unless one already is: each batch goes to the key-value store
+/// only if it takes it without waiting ([`cairn_kv::Kv::try_write`]). A
+/// record whose batch would wait, and whatever is left after
+/// [`LOOP_ANSWER_MAX`], go back to `written` for a record thread, which is
+/// woken. Saves waking a thread per record, the usual case.
+pub(crate) fn answer_on_loop(inner: &Inner, shared: &Shared, flight: &mut MutexGuard<'_, Flight>) {
+    if flight.answering || flight.broken || flight.stop {
+        return;
+    }
+    flight.answering = true;
+    let mut answered = 0;
+    while answered < LOOP_ANSWER_MAX {
+        acknowledge(inner, shared, flight);
+        let next = flight.settled + 1;
+        let Some((f, written)) = flight.written.remove(&next) else {
+            break;
+        };
+        let answer = MutexGuard::unlocked(flight, || try_answer(inner, f, written));
+        if let Err(back) = answer {
+            flight.written.insert(next, back);
+            break;
+        }
+        flight.settled = next;
+        shared.finished.notify_all();
+        answered += 1;
+    }
+    flight.answering = false;
+    if flight.written.contains_key(&(flight.settled + 1)) {
+        shared.handed.notify_one();
+    }
+    if answered > 0 {
+        inner
+            .perf
+            .loop_kv_writes
+            .fetch_add(answered as u64, Ordering::Relaxed);
+    }
+}
+
 /// Answer a written record: write its batch to the key-value store
 /// (unsynced) and complete its commits, or fail them, and the store, if
 /// the record, the write or an earlier one failed.
 fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
+    let answered = answer_with(inner, f, written, false);
+    debug_assert!(answered.is_ok(), "a blocking answer never hands back");
+}
+
+/// [`answer`] without blocking: a batch the key-value store could only
+/// take by waiting is not written, and the record comes back untouched.
+fn try_answer(
+    inner: &Inner,
+    f: InFlight,
+    written: Result<(), String>,
+) -> Result<(), (InFlight, Result<(), String>)> {
+    answer_with(inner, f, written, true)
+}
+
+fn answer_with(
+    inner: &Inner,
+    mut f: InFlight,
+    written: Result<(), String>,
+    nonblocking: bool,
+) -> Result<(), (InFlight, Result<(), String>)> {
     // The record first: a batch must never reach the key-value store
     // (where a sync or a memtable flush may make it durable) before its
     // record, since the deferred writes it describes are only there.
@@ -245,13 +310,20 @@ fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
     // key-value store only with none unanswered, so batches land in commit
     // order. After a failure nothing more goes to the key-value store: a
     // batch must never land there without every earlier one.
-    let written = written.and_then(|()| match inner.failed.get() {
-        Some(why) => Err(why.clone()),
-        None => inner
+    let metadata_failed = |e| format!("metadata write failed: {e}");
+    let written = match (written, inner.failed.get()) {
+        (Err(why), _) => Err(why),
+        (Ok(()), Some(why)) => Err(why.clone()),
+        (Ok(()), None) if nonblocking => match inner.kv.try_write(&f.batch) {
+            Ok(true) => Ok(()),
+            Ok(false) => return Err((f, Ok(()))),
+            Err(e) => Err(metadata_failed(e)),
+        },
+        (Ok(()), None) => inner
             .kv
-            .write(f.batch, false)
-            .map_err(|e| format!("metadata write failed: {e}")),
-    });
+            .write(std::mem::take(&mut f.batch), false)
+            .map_err(metadata_failed),
+    };
     match written {
         Ok(()) if inner.failed.get().is_none() => {
             let perf = &inner.perf;
@@ -274,4 +346,5 @@ fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
             }
         }
     }
+    Ok(())
 }

@@ -212,6 +212,15 @@ pub trait Kv: Send + Sync + 'static {
     /// returns, or the store is dropped.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
 
+    /// Apply `batch` as `write(batch, false)` does if that needs no wait
+    /// (a write stall, a memtable to switch); otherwise write nothing and
+    /// return `Ok(false)`. For callers that must not block, such as an
+    /// event loop, which then leave the batch to a thread that may. The
+    /// default never writes.
+    fn try_write(&self, _batch: &Batch) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Make every batch written so far durable.
     fn sync(&self) -> Result<()>;
 

@@ -166,14 +166,7 @@ impl Kv for RocksKv {
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
-        let mut wb = WriteBatch::default();
-        for op in batch.ops() {
-            match op {
-                Op::Put(k, v) => wb.put(k, v),
-                Op::Delete(k) => wb.delete(k),
-                Op::DeleteRange(start, end) => wb.delete_range(start, end),
-            }
-        }
+        let wb = write_batch(&batch);
         let mut opts = WriteOptions::default();
         if sync {
             // Earlier WAL-less batches first, or the WAL could outlive them.
@@ -188,6 +181,22 @@ impl Kv for RocksKv {
             // sync would then skip it.
             self.unsynced.store(true, Ordering::Release);
             Ok(())
+        }
+    }
+
+    fn try_write(&self, batch: &Batch) -> Result<bool> {
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(true);
+        // Fail with `Incomplete` rather than wait for a stall to clear.
+        opts.set_no_slowdown(true);
+        match self.db.write_opt(write_batch(batch), &opts) {
+            Ok(()) => {
+                // As in `write`: flagged only once the batch is in.
+                self.unsynced.store(true, Ordering::Release);
+                Ok(true)
+            }
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(false),
+            Err(e) => Err(backend(e)),
         }
     }
 
@@ -220,4 +229,17 @@ impl Kv for RocksKv {
         .filter_map(|name| self.property(name).map(|v| (name.to_string(), v)))
         .collect()
     }
+}
+
+/// `batch` as RocksDB's batch.
+fn write_batch(batch: &Batch) -> WriteBatch {
+    let mut wb = WriteBatch::default();
+    for op in batch.ops() {
+        match op {
+            Op::Put(k, v) => wb.put(k, v),
+            Op::Delete(k) => wb.delete(k),
+            Op::DeleteRange(start, end) => wb.delete_range(start, end),
+        }
+    }
+    wb
 }
