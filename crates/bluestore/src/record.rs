@@ -326,15 +326,7 @@ fn answer_with(
     };
     match written {
         Ok(()) if inner.failed.get().is_none() => {
-            let perf = &inner.perf;
-            let us = f.start.elapsed().as_micros() as u64;
-            perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
-            perf.journal_records.fetch_add(1, Ordering::Relaxed);
-            perf.journal_bytes
-                .fetch_add(f.payload_len as u64, Ordering::Relaxed);
-            perf.kv_commit(us);
-            inner.jdef_written.fetch_max(f.tail, Ordering::AcqRel);
-            inner.journal_written.store(f.seq, Ordering::Release);
+            record_answered(inner, f.start, f.payload_len, f.tail, f.seq);
             finish_group(inner, f.group);
         }
         result => {
@@ -347,4 +339,24 @@ fn answer_with(
         }
     }
     Ok(())
+}
+
+/// Count record `seq` (`payload_len` bytes, begun at `start`) written and
+/// its batch in the key-value store, which now records journal tail `tail`.
+pub(crate) fn record_answered(
+    inner: &Inner,
+    start: Instant,
+    payload_len: usize,
+    tail: u64,
+    seq: u64,
+) {
+    let perf = &inner.perf;
+    let us = start.elapsed().as_micros() as u64;
+    perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
+    perf.journal_records.fetch_add(1, Ordering::Relaxed);
+    perf.journal_bytes
+        .fetch_add(payload_len as u64, Ordering::Relaxed);
+    perf.kv_commit(us);
+    inner.jdef_written.fetch_max(tail, Ordering::AcqRel);
+    inner.journal_written.store(seq, Ordering::Release);
 }

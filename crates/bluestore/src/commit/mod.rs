@@ -419,15 +419,7 @@ impl Committer<'_> {
             .kv
             .write(batch, false)
             .map_err(|e| format!("metadata write failed: {e}"))?;
-        let us = start.elapsed().as_micros() as u64;
-        let perf = &inner.perf;
-        perf.journal_write_us.fetch_add(us, Ordering::Relaxed);
-        perf.journal_records.fetch_add(1, Ordering::Relaxed);
-        perf.journal_bytes
-            .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        perf.kv_commit(us);
-        inner.jdef_written.fetch_max(tail, Ordering::AcqRel);
-        inner.journal_written.store(seq, Ordering::Release);
+        crate::record::record_answered(&inner, start, payload.len(), tail, seq);
         finish_group(&inner, std::mem::take(group));
         {
             let mut flight = self.shared.flight.lock();
