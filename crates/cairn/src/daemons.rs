@@ -237,6 +237,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         client_limits: cairn_osd::ClientLimits {
             ops_per_connection: osd_conf.client_message_cap as usize,
             bytes: osd_conf.client_message_size_cap,
+            ops: osd_conf.client_ops_max as usize,
         },
         core: cairn_osd::CoreOptions {
             pg_log_max_entries: osd_conf.pg_log_max_entries as usize,

@@ -3,7 +3,8 @@
 //! slowed, not refused: the OSD stops reading its connection until it
 //! answered one, every op is answered with success, and everything written
 //! reads back. `cairn osd perf` shows the connection waited and never had
-//! more than the cap in flight.
+//! more than the cap in flight. The same for several connections at once
+//! against the OSD's own cap (`osd.client_ops_max`).
 
 mod common;
 
@@ -31,43 +32,40 @@ fn counter(perf: &serde_json::Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("osd perf has no {name}: {perf}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
-    let cap = format!("osd.client_message_cap={CAP}");
-    let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", &cap]);
-    let client = cluster.client().await;
-    let map = client.map();
-    let pool = map.pool_by_name("rbd").expect("pool rbd");
-    let pg = map.object_pg(pool, OBJECT);
-    let primary = map.acting(pg).primary().expect("a primary");
-    let addr = map.osd_addr(primary).expect("primary address").to_string();
-    let before = perf(&cluster, primary);
-
+/// Open a client connection to `addr` and send ops writing blocks
+/// `first..first + count` of the object at once, without reading a reply
+/// (the block's pattern is its index); then collect every answer.
+async fn pipeline(
+    addr: &str,
+    epoch: cairn_types::Epoch,
+    pg: cairn_types::PgId,
+    first: u64,
+    count: u64,
+) -> BTreeMap<u64, Result<Vec<OpOutput>, cairn_wire::OpError>> {
     let id = rand::random::<u64>() | 1;
     let hello = Message::Hello {
         entity: Entity::Client(id),
         fsid: None,
     };
-    let mut conn = connect(&addr, hello).await.expect("connect to the primary");
-    // Every op at once, without reading a reply: op i writes block i.
-    for tid in 1..=OPS {
-        let offset = (tid - 1) * BLOCK as u64;
+    let mut conn = connect(addr, hello).await.expect("connect to the primary");
+    for tid in 1..=count {
+        let block = first + tid - 1;
         let op = OsdOp {
             tid,
             reqid: ReqId { client: id, tid },
-            epoch: map.epoch,
+            epoch,
             pg,
             oid: OBJECT.to_string(),
             ops: vec![ObjOp::Write {
-                offset,
-                data: Bytes::from(pattern(tid, BLOCK)),
+                offset: block * BLOCK as u64,
+                data: Bytes::from(pattern(block + 1, BLOCK)),
             }],
         };
         assert!(conn.sender.send(Message::OsdOp(op)), "connection closed");
     }
     let mut results = BTreeMap::new();
     let answered = tokio::time::timeout(Duration::from_secs(60), async {
-        while (results.len() as u64) < OPS {
+        while (results.len() as u64) < count {
             match conn.reader.read().await {
                 Ok(Message::OsdOpReply(r)) => {
                     assert!(
@@ -84,7 +82,7 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
     .await;
     assert!(
         answered.is_ok(),
-        "only {} of {OPS} ops answered",
+        "only {} of {count} ops answered",
         results.len()
     );
     for (tid, result) in &results {
@@ -94,6 +92,45 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
             "op {tid} was not applied"
         );
     }
+    results
+}
+
+/// Every block written reads back, in order.
+async fn check_blocks(client: &cairn_client::Cluster, pool: cairn_types::PoolId, blocks: u64) {
+    let read = ObjOp::Read {
+        offset: 0,
+        len: blocks * BLOCK as u64,
+    };
+    let outputs = client
+        .op(pool, OBJECT, vec![read])
+        .await
+        .expect("read the object back");
+    let Some(OpOutput::Data(image)) = outputs.first() else {
+        panic!("a read answered {outputs:?}");
+    };
+    assert_eq!(image.len(), blocks as usize * BLOCK);
+    for block in 0..blocks {
+        let at = block as usize * BLOCK;
+        assert!(
+            image[at..at + BLOCK] == pattern(block + 1, BLOCK)[..],
+            "block {block} does not read back what was written to it"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
+    let cap = format!("osd.client_message_cap={CAP}");
+    let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", &cap]);
+    let client = cluster.client().await;
+    let map = client.map();
+    let pool = map.pool_by_name("rbd").expect("pool rbd");
+    let pg = map.object_pg(pool, OBJECT);
+    let primary = map.acting(pg).primary().expect("a primary");
+    let addr = map.osd_addr(primary).expect("primary address").to_string();
+    let before = perf(&cluster, primary);
+
+    pipeline(&addr, map.epoch, pg, 0, OPS).await;
 
     let after = perf(&cluster, primary);
     let peak = counter(&after, "client_ops_peak_per_connection");
@@ -106,26 +143,37 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
         "{OPS} pipelined ops never waited for room: {after}"
     );
     assert_eq!(counter(&after, "client_ops_in_flight"), 0, "{after}");
+    check_blocks(&client, pool.id, OPS).await;
+}
 
-    // Everything written reads back, in order.
-    let read = ObjOp::Read {
-        offset: 0,
-        len: OPS * BLOCK as u64,
-    };
-    let outputs = client
-        .op(pool.id, OBJECT, vec![read])
-        .await
-        .expect("read the object back");
-    let Some(OpOutput::Data(image)) = outputs.first() else {
-        panic!("a read answered {outputs:?}");
-    };
-    assert_eq!(image.len(), OPS as usize * BLOCK);
-    for tid in 1..=OPS {
-        let at = (tid - 1) as usize * BLOCK;
-        assert!(
-            image[at..at + BLOCK] == pattern(tid, BLOCK)[..],
-            "block {} does not read back what op {tid} wrote",
-            tid - 1
-        );
-    }
+/// `osd.client_ops_max` bounds the ops in flight over every connection:
+/// two clients, each far under its own connection's cap, pipelining at
+/// once, never have more than it at the OSD together; both are slowed,
+/// neither refused, and everything reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_together_are_held_to_the_osd_cap() {
+    let total = format!("osd.client_ops_max={CAP}");
+    let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", &total]);
+    let client = cluster.client().await;
+    let map = client.map();
+    let pool = map.pool_by_name("rbd").expect("pool rbd");
+    let pg = map.object_pg(pool, OBJECT);
+    let primary = map.acting(pg).primary().expect("a primary");
+    let addr = map.osd_addr(primary).expect("primary address").to_string();
+
+    let half = OPS / 2;
+    tokio::join!(
+        pipeline(&addr, map.epoch, pg, 0, half),
+        pipeline(&addr, map.epoch, pg, half, half),
+    );
+
+    let after = perf(&cluster, primary);
+    let peak = counter(&after, "client_ops_peak");
+    assert!(
+        (1..=CAP).contains(&peak),
+        "{peak} client ops in flight at the OSD with a cap of {CAP}: {after}"
+    );
+    assert!(counter(&after, "client_throttle_waits") > 0, "{after}");
+    assert_eq!(counter(&after, "client_ops_in_flight"), 0, "{after}");
+    check_blocks(&client, pool.id, OPS).await;
 }

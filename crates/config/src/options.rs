@@ -446,6 +446,10 @@ section! {
         /// an answer frees room (at least 1; Ceph's
         /// `osd_client_message_size_cap`).
         client_message_size_cap: u64 = 512 << 20, check at_least_one;
+        /// Client ops in flight at this OSD over every connection (read
+        /// but not answered; at least 1); beyond it no client connection
+        /// is read until an answer frees room.
+        client_ops_max: u32 = 1024, check at_least_one;
         /// Threads serving the OSD's I/O (at least 1). 1 runs everything on
         /// one thread with no cross-thread wakeups, which is fastest per core;
         /// scale with more OSDs per device rather than more threads.

@@ -2,8 +2,9 @@
 //! bytes, the OSD holds read but not yet answered.
 //!
 //! A connection with `client_message_cap` ops in flight, or any connection
-//! while the OSD holds `client_message_size_cap` bytes of client ops, is
-//! not read until an answer frees room: a client that sends faster than
+//! while the OSD holds `client_ops_max` client ops or
+//! `client_message_size_cap` bytes of them, is not read until an answer
+//! frees room: a client that sends faster than
 //! the OSD commits fills its socket and waits in TCP, and its requests are
 //! never refused, dropped or reordered for it (Ceph's
 //! `osd_client_message_cap` and `osd_client_message_size_cap`). Every op
@@ -27,6 +28,8 @@ pub struct ClientLimits {
     pub ops_per_connection: usize,
     /// Bytes of client ops in flight over every connection.
     pub bytes: u64,
+    /// Client ops in flight over every connection (at least 1).
+    pub ops: usize,
 }
 
 impl Default for ClientLimits {
@@ -34,6 +37,7 @@ impl Default for ClientLimits {
         Self {
             ops_per_connection: 256,
             bytes: 512 << 20,
+            ops: 1024,
         }
     }
 }
@@ -50,6 +54,10 @@ pub(crate) struct Clients {
     limits: ClientLimits,
     conns: Mutex<HashMap<u64, Conn>>,
     bytes: AtomicU64,
+    /// Ops in flight over every connection.
+    ops: AtomicUsize,
+    /// The most ops in flight over every connection at once.
+    peak_total: AtomicU64,
     /// Woken when room is given back while a connection waits for it.
     freed: Notify,
     /// Connections waiting for room: answers wake `freed` only then, so
@@ -79,10 +87,13 @@ impl Clients {
         Self {
             limits: ClientLimits {
                 ops_per_connection: limits.ops_per_connection.max(1),
+                ops: limits.ops.max(1),
                 ..limits
             },
             conns: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
+            ops: AtomicUsize::new(0),
+            peak_total: AtomicU64::new(0),
             freed: Notify::new(),
             waiting: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
@@ -104,6 +115,7 @@ impl Clients {
         if let Some(conn) = self.conns.lock().remove(&client) {
             let held: u64 = conn.in_flight.values().sum();
             self.bytes.fetch_sub(held, Ordering::SeqCst);
+            self.ops.fetch_sub(conn.in_flight.len(), Ordering::SeqCst);
             self.wake_waiters();
         }
     }
@@ -136,8 +148,9 @@ impl Clients {
                 counted = true;
                 self.waits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
-                    "client connection {client}: no room ({} bytes of client ops at the OSD); \
+                    "client connection {client}: no room ({} client ops, {} bytes at the OSD); \
                      not reading until an op is answered",
+                    self.ops.load(Ordering::Relaxed),
                     self.bytes.load(Ordering::Relaxed)
                 );
             }
@@ -153,6 +166,7 @@ impl Clients {
             .get(&client)
             .map_or(0, |c| c.in_flight.len());
         ops < self.limits.ops_per_connection
+            && self.ops.load(Ordering::SeqCst) < self.limits.ops
             && self.bytes.load(Ordering::SeqCst) < self.limits.bytes
     }
 
@@ -164,8 +178,14 @@ impl Clients {
             return;
         };
         // A tid sent again while in flight holds room once.
-        if let Some(old) = conn.in_flight.insert(op.tid, bytes) {
-            self.bytes.fetch_sub(old, Ordering::SeqCst);
+        match conn.in_flight.insert(op.tid, bytes) {
+            Some(old) => {
+                self.bytes.fetch_sub(old, Ordering::SeqCst);
+            }
+            None => {
+                let total = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak_total.fetch_max(total as u64, Ordering::Relaxed);
+            }
         }
         self.bytes.fetch_add(bytes, Ordering::SeqCst);
         let ops = conn.in_flight.len() as u64;
@@ -183,15 +203,19 @@ impl Clients {
         if let Some(bytes) = conn.in_flight.remove(&tid) {
             drop(conns);
             self.bytes.fetch_sub(bytes, Ordering::SeqCst);
+            self.ops.fetch_sub(1, Ordering::SeqCst);
             self.wake_waiters();
         }
     }
 
     /// Counters for `cairn osd perf`.
-    pub(crate) fn counters(&self) -> [(&'static str, u64); 4] {
-        let ops: usize = self.conns.lock().values().map(|c| c.in_flight.len()).sum();
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 5] {
         [
-            ("client_ops_in_flight", ops as u64),
+            (
+                "client_ops_in_flight",
+                self.ops.load(Ordering::Relaxed) as u64,
+            ),
+            ("client_ops_peak", self.peak_total.load(Ordering::Relaxed)),
             ("client_bytes_in_flight", self.bytes.load(Ordering::Relaxed)),
             ("client_throttle_waits", self.waits.load(Ordering::Relaxed)),
             (
