@@ -59,6 +59,9 @@ pub struct FileStores {
     pub size: u64,
     pub mkfs: MkfsOptions,
     pub mount: MountOptions,
+    /// Mount over a key-value store that refuses every other non-blocking
+    /// write, as a RocksDB in a write stall does (see [`StallingKv`]).
+    pub stalling_kv: bool,
     made: bool,
 }
 
@@ -69,6 +72,7 @@ impl FileStores {
             size,
             mkfs: MkfsOptions::default(),
             mount: MountOptions::default(),
+            stalling_kv: false,
             made: false,
         }
     }
@@ -91,7 +95,49 @@ impl FileStores {
             mkfs(device.as_ref(), kv.as_ref(), &self.mkfs).expect("mkfs");
             self.made = true;
         }
+        let kv: Arc<dyn Kv> = if self.stalling_kv {
+            Arc::new(StallingKv {
+                inner: kv,
+                tries: AtomicU64::new(0),
+            })
+        } else {
+            kv
+        };
         BlueStore::mount(device, kv, self.mount.clone()).expect("mount")
+    }
+}
+
+/// A [`Kv`] whose non-blocking writes are refused every other time, as a
+/// RocksDB in a write stall refuses them: the caller must hand the batch
+/// to a thread that may wait, in order.
+pub struct StallingKv {
+    inner: Arc<dyn Kv>,
+    tries: AtomicU64,
+}
+
+impl Kv for StallingKv {
+    fn get(&self, key: &[u8]) -> cairn_kv::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> cairn_kv::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(start, end, limit)
+    }
+    fn write(&self, batch: Batch, sync: bool) -> cairn_kv::Result<()> {
+        self.inner.write(batch, sync)
+    }
+    fn try_write(&self, batch: &Batch) -> cairn_kv::Result<bool> {
+        if self.tries.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+            return Ok(false);
+        }
+        self.inner.try_write(batch)
+    }
+    fn sync(&self) -> cairn_kv::Result<()> {
+        self.inner.sync()
     }
 }
 
