@@ -144,7 +144,13 @@ async fn run(inner: Arc<Inner>, lc: Arc<LoopCommits>) {
         tokio::select! {
             biased;
             done = lc.ring.completions() => completed(&inner, &lc, done),
-            _ = lc.wake.notified() => {}
+            _ = lc.wake.notified() => {
+                // New transactions: let the rest of this turn run first
+                // (the tasks that send what the submitter queued, such as
+                // an OSD's RepOps, and the reactor's next messages, whose
+                // transactions join this group), then lay out the group.
+                tokio::task::yield_now().await;
+            }
         }
     }
 }
