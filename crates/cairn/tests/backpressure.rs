@@ -118,21 +118,49 @@ async fn check_blocks(client: &cairn_client::Cluster, pool: cairn_types::PoolId,
     }
 }
 
+/// A 3-OSD cluster with one option set, and the primary of the test
+/// object's PG.
+struct Target {
+    cluster: TestCluster,
+    client: std::sync::Arc<cairn_client::Cluster>,
+    pool: cairn_types::PoolId,
+    pg: cairn_types::PgId,
+    epoch: cairn_types::Epoch,
+    primary: u32,
+    addr: String,
+}
+
+impl Target {
+    async fn up(set: &str) -> Target {
+        let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", set]);
+        let client = cluster.client().await;
+        let map = client.map();
+        let pool = map.pool_by_name("rbd").expect("pool rbd");
+        let pg = map.object_pg(pool, OBJECT);
+        let primary = map.acting(pg).primary().expect("a primary");
+        let addr = map.osd_addr(primary).expect("primary address").to_string();
+        let (pool, epoch) = (pool.id, map.epoch);
+        Target {
+            cluster,
+            client,
+            pool,
+            pg,
+            epoch,
+            primary,
+            addr,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
-    let cap = format!("osd.client_message_cap={CAP}");
-    let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", &cap]);
-    let client = cluster.client().await;
-    let map = client.map();
-    let pool = map.pool_by_name("rbd").expect("pool rbd");
-    let pg = map.object_pg(pool, OBJECT);
-    let primary = map.acting(pg).primary().expect("a primary");
-    let addr = map.osd_addr(primary).expect("primary address").to_string();
-    let before = perf(&cluster, primary);
+    let at = Target::up(&format!("osd.client_message_cap={CAP}")).await;
+    let (cluster, primary) = (&at.cluster, at.primary);
+    let before = perf(cluster, primary);
 
-    pipeline(&addr, map.epoch, pg, 0, OPS).await;
+    pipeline(&at.addr, at.epoch, at.pg, 0, OPS).await;
 
-    let after = perf(&cluster, primary);
+    let after = perf(cluster, primary);
     let peak = counter(&after, "client_ops_peak_per_connection");
     assert!(
         (1..=CAP).contains(&peak),
@@ -143,7 +171,7 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
         "{OPS} pipelined ops never waited for room: {after}"
     );
     assert_eq!(counter(&after, "client_ops_in_flight"), 0, "{after}");
-    check_blocks(&client, pool.id, OPS).await;
+    check_blocks(&at.client, at.pool, OPS).await;
 }
 
 /// `osd.client_ops_max` bounds the ops in flight over every connection:
@@ -152,22 +180,16 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
 /// neither refused, and everything reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_together_are_held_to_the_osd_cap() {
-    let total = format!("osd.client_ops_max={CAP}");
-    let cluster = TestCluster::up_with(3, &["--pg-num", "16", "--set", &total]);
-    let client = cluster.client().await;
-    let map = client.map();
-    let pool = map.pool_by_name("rbd").expect("pool rbd");
-    let pg = map.object_pg(pool, OBJECT);
-    let primary = map.acting(pg).primary().expect("a primary");
-    let addr = map.osd_addr(primary).expect("primary address").to_string();
+    let at = Target::up(&format!("osd.client_ops_max={CAP}")).await;
+    let (cluster, primary) = (&at.cluster, at.primary);
 
     let half = OPS / 2;
     tokio::join!(
-        pipeline(&addr, map.epoch, pg, 0, half),
-        pipeline(&addr, map.epoch, pg, half, half),
+        pipeline(&at.addr, at.epoch, at.pg, 0, half),
+        pipeline(&at.addr, at.epoch, at.pg, half, half),
     );
 
-    let after = perf(&cluster, primary);
+    let after = perf(cluster, primary);
     let peak = counter(&after, "client_ops_peak");
     assert!(
         (1..=CAP).contains(&peak),
@@ -175,5 +197,5 @@ async fn clients_together_are_held_to_the_osd_cap() {
     );
     assert!(counter(&after, "client_throttle_waits") > 0, "{after}");
     assert_eq!(counter(&after, "client_ops_in_flight"), 0, "{after}");
-    check_blocks(&client, pool.id, OPS).await;
+    check_blocks(&at.client, at.pool, OPS).await;
 }
