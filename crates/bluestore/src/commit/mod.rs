@@ -397,34 +397,36 @@ impl Committer<'_> {
     fn commit_inline(
         &mut self,
         group: &mut Vec<Prepared>,
-        mut batch: Batch,
+        batch: Batch,
         payload: &[u8],
         tail: u64,
         start: Instant,
     ) -> Result<(), String> {
         let inner = self.inner.clone();
-        let fill = self.st.journal.room(payload.len()).1;
-        let seq = self.st.journal.next_seq();
-        self.st.begun = seq;
-        let (after, record) = self.st.journal.place_record(payload);
-        record.write(inner.device.as_ref())?;
-        // Durable: acknowledged before the key-value write, as the record
-        // threads do (see `record::take_acks`).
-        for p in group.iter_mut() {
-            inner.acked.fetch_max(p.seq, Ordering::AcqRel);
-            p.answer(Ok(()));
+        let (mut f, record, fill) = self.place(group, batch, payload, tail, start);
+        let written = record.write(inner.device.as_ref()).and_then(|()| {
+            // Durable: acknowledged before the key-value write, as the
+            // record threads do (see `record::take_acks`).
+            for p in f.group.iter_mut() {
+                inner.acked.fetch_max(p.seq, Ordering::AcqRel);
+                p.answer(Ok(()));
+            }
+            inner
+                .kv
+                .write(std::mem::take(&mut f.batch), false)
+                .map_err(|e| format!("metadata write failed: {e}"))
+        });
+        if let Err(why) = written {
+            // The caller fails the group's commits still unanswered.
+            *group = f.group;
+            return Err(why);
         }
-        batch.put(keys::JOURNAL_KEY.to_vec(), after.encode());
-        inner
-            .kv
-            .write(batch, false)
-            .map_err(|e| format!("metadata write failed: {e}"))?;
-        crate::record::record_answered(&inner, start, payload.len(), tail, seq);
-        finish_group(&inner, std::mem::take(group));
+        crate::record::record_answered(&inner, f.start, f.payload_len, f.tail, f.seq);
+        finish_group(&inner, f.group);
         {
             let mut flight = self.shared.flight.lock();
-            flight.settled = seq;
-            flight.acked = seq;
+            flight.settled = f.seq;
+            flight.acked = f.seq;
         }
         if let Some(lc) = inner.loop_commits.get() {
             lc.poke();
