@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
+use cairn_client::image::{ImageStatus, ShrinkPolicy};
 use cairn_client::{Cluster, Image};
 use cairn_types::{format_size, parse_size};
 use cairn_wire::MonCommand;
@@ -85,14 +86,53 @@ pub enum ImageCmd {
     Ls { pool: Option<String> },
     /// Show an image's size and layout.
     Info { image: String },
-    /// Grow or shrink an image.
+    /// Grow or shrink an image. Shrinking discards the data past the new
+    /// end: it needs --allow-shrink and is refused while the image is open.
     Resize {
         image: String,
         #[arg(long)]
         size: String,
+        /// Allow the new size to be smaller (the data past it is removed).
+        #[arg(long)]
+        allow_shrink: bool,
+        /// Evict watchers whose lease ran out (their client is dead).
+        #[arg(long)]
+        force: bool,
     },
-    /// Remove an image and its data.
-    Rm { image: String },
+    /// Remove an image and its data; refused while the image is open.
+    Rm {
+        image: String,
+        /// Evict watchers whose lease ran out (their client is dead).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Who has an image open (its watchers) and any admin operation on it.
+    Status { image: String },
+}
+
+fn print_image_status(pool: &str, name: &str, status: &ImageStatus) {
+    println!("image {pool}/{name}: {}", format_size(status.image.size));
+    if let Some(op) = &status.admin_op {
+        println!(
+            "  admin operation: {} by {} (if that command is gone, run it again)",
+            op.op, op.by
+        );
+    }
+    if status.watchers.is_empty() {
+        println!("  watchers: none");
+        return;
+    }
+    println!("  watchers:");
+    for w in &status.watchers {
+        println!(
+            "    {}  {}  renewed {:.1} s ago, timeout {:.1} s{}",
+            w.entry.client,
+            w.entry.desc,
+            w.age_ms as f64 / 1000.0,
+            w.entry.timeout_ms as f64 / 1000.0,
+            if w.expired { "  EXPIRED (dead? `image rm --force` evicts it)" } else { "" }
+        );
+    }
 }
 
 /// Split `POOL/NAME`.
@@ -330,22 +370,40 @@ pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
                     println!("  objects:     {}", info.objects());
                 }
             }
-            ImageCmd::Resize { image, size } => {
+            ImageCmd::Resize {
+                image,
+                size,
+                allow_shrink,
+                force,
+            } => {
                 let (pool, name) = split_image(&image)?;
-                let info = Image::resize(&cluster, &pool, &name, size_arg(&size)?).await?;
+                let policy = ShrinkPolicy {
+                    allow_shrink,
+                    force,
+                };
+                let info = Image::resize(&cluster, &pool, &name, size_arg(&size)?, policy).await?;
                 if json {
                     println!("{}", serde_json::to_string(&info)?);
                 } else {
                     println!("resized {pool}/{name} to {}", format_size(info.size));
                 }
             }
-            ImageCmd::Rm { image } => {
+            ImageCmd::Rm { image, force } => {
                 let (pool, name) = split_image(&image)?;
-                Image::remove(&cluster, &pool, &name).await?;
+                Image::remove(&cluster, &pool, &name, force).await?;
                 if json {
                     println!("{}", serde_json::json!({ "removed": image }));
                 } else {
                     println!("removed {pool}/{name}");
+                }
+            }
+            ImageCmd::Status { image } => {
+                let (pool, name) = split_image(&image)?;
+                let status = Image::status(&cluster, &pool, &name).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&status)?);
+                } else {
+                    print_image_status(&pool, &name, &status);
                 }
             }
         }

@@ -103,11 +103,14 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
         spec.validate(cairn_volume::Volume::size(&*image))?;
         // CPU is sampled when the measured window starts and when the run ends.
         let ramp = spec.ramp;
-        let (report, before) = tokio::join!(cairn_bench::run(image, &spec), async {
+        let (report, before) = tokio::join!(cairn_bench::run(image.clone(), &spec), async {
             tokio::time::sleep(ramp).await;
             bench_cpu::sample(&cluster).await
         });
         let after = bench_cpu::sample(&cluster).await;
+        if let Err(e) = image.close().await {
+            tracing::warn!("closing the image: {e}");
+        }
         let report = report.map_err(|e| match e {
             cairn_bench::BenchError::Io {
                 source: cairn_volume::VolumeError::NoSpace,

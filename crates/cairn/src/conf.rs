@@ -84,6 +84,7 @@ pub fn client_options(config: &Config) -> cairn_client::ClientOptions {
         mon_addr: config.global.mon_addr.clone(),
         op_timeout: ms(config.client.op_timeout_ms),
         op_complaint_time: ms(config.client.op_complaint_time_ms),
+        watch_timeout: std::time::Duration::from_millis(config.client.watch_timeout_ms),
     }
 }
 

@@ -38,28 +38,64 @@ pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
         let image = Image::open(&cluster, &pool, &name).await?;
-        let server = cairn_nbd::NbdServer::new(name.clone(), image, args.read_only);
-        if let Some(path) = &args.socket {
-            remove_stale_socket(path)?;
-            let listener = tokio::net::UnixListener::bind(path)
-                .with_context(|| format!("cannot listen on {}", path.display()))?;
-            eprintln!(
-                "serving {pool}/{name} on nbd+unix:///{name}?socket={}",
-                path.display()
-            );
-            server.serve_unix(listener).await?;
-        } else if let Some(addr) = &args.listen {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            eprintln!(
-                "serving {pool}/{name} on nbd://{}/{name}",
-                listener.local_addr()?
-            );
-            server.serve_tcp(listener).await?;
+        let server = cairn_nbd::NbdServer::new(name.clone(), image.clone(), args.read_only);
+        let serve = async {
+            if let Some(path) = &args.socket {
+                remove_stale_socket(path)?;
+                let listener = tokio::net::UnixListener::bind(path)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?;
+                println!(
+                    "serving {pool}/{name} on nbd+unix:///{name}?socket={}",
+                    path.display()
+                );
+                server.serve_unix(listener).await?;
+            } else if let Some(addr) = &args.listen {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?;
+                println!(
+                    "serving {pool}/{name} on nbd://{}/{name}",
+                    listener.local_addr()?
+                );
+                server.serve_tcp(listener).await?;
+            }
+            anyhow::Ok(())
+        };
+        let outcome = tokio::select! {
+            served = serve => served,
+            signal = stop_signal() => {
+                tracing::info!("{signal}: closing {pool}/{name}");
+                Ok(())
+            }
+        };
+        // Drop the watch, so the image can be removed or shrunk at once
+        // (after a kill -9 it lapses after client.watch_timeout_ms).
+        match tokio::time::timeout(CLOSE_TIMEOUT, image.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("closing {pool}/{name}: {e}"),
+            Err(_) => tracing::warn!("closing {pool}/{name}: no answer in {CLOSE_TIMEOUT:?}"),
         }
-        Ok(())
+        outcome
     })
+}
+
+/// How long a stopping gateway tries to drop its watch.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The first of SIGTERM and SIGINT, by name.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without handlers the default (exit) applies: never resolve.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }
 
 /// Remove a leftover socket from a gateway that is gone; refuse to touch a

@@ -204,6 +204,7 @@ async fn resize_grows_with_zeros_and_shrink_discards_the_tail() {
     );
     let text = cluster.ok(&["image", "info", "rbd/rs"]);
     assert!(text.contains(&format!("{grown} bytes")), "info: {text}");
+    within("close", image.close()).await.expect("close");
     let image = Image::open(&client, "rbd", "rs").await.expect("reopen");
     let mut model = data.clone();
     model.resize(grown as usize, 0);
@@ -218,7 +219,13 @@ async fn resize_grows_with_zeros_and_shrink_discards_the_tail() {
     assert_image_eq(&image, &model, "grown part written").await;
 
     let shrunk: u64 = 10 * OBJ + 3 * 512; // 10 whole objects and part of the 11th
-    cluster.ok(&["image", "resize", "rbd/rs", "--size", &shrunk.to_string()]);
+    let err = cluster.fails(&["image", "resize", "rbd/rs", "--size", &shrunk.to_string()]);
+    assert!(err.contains("--allow-shrink"), "shrink without the flag: {err}");
+    let shrink = ["image", "resize", "rbd/rs", "--size", &shrunk.to_string(), "--allow-shrink"];
+    let err = cluster.fails(&shrink);
+    assert!(err.contains("is open by client."), "shrink of an open image: {err}");
+    within("close", image.close()).await.expect("close");
+    cluster.ok(&shrink);
     let info = image_info_json(&cluster, "rbd/rs");
     assert_eq!(
         info["size"].as_u64(),
@@ -339,6 +346,7 @@ async fn removed_image_is_gone_and_its_name_reusable() {
         .expect("fill keep");
     let old_id = image.info_now().id;
 
+    within("close", image.close()).await.expect("close");
     cluster.ok(&["image", "rm", "rbd/gone"]);
     let ls: Vec<String> =
         serde_json::from_str(&cluster.ok(&["--json", "image", "ls"])).expect("ls json");
@@ -412,7 +420,8 @@ async fn two_images_do_not_interfere() {
     model_a.fill(0);
     assert_image_eq(&a, &model_a, "image a after discard").await;
     assert_image_eq(&b, &model_b, "image b after discarding a").await;
-    cluster.ok(&["image", "resize", "rbd/a", "--size", "64K"]);
+    within("close", a.close()).await.expect("close a");
+    cluster.ok(&["image", "resize", "rbd/a", "--size", "64K", "--allow-shrink"]);
     cluster.ok(&["image", "rm", "rbd/a"]);
     assert_image_eq(&b, &model_b, "image b after removing a").await;
     let info = image_info_json(&cluster, "rbd/b");

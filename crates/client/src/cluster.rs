@@ -24,6 +24,8 @@ pub struct ClientOptions {
     pub op_timeout: Option<Duration>,
     /// Log an operation slower than this, with its attempts (`None`: never).
     pub op_complaint_time: Option<Duration>,
+    /// An open image's watch lapses if not renewed within this time.
+    pub watch_timeout: Duration,
 }
 
 /// How long an admin command may take, including waiting for a lost

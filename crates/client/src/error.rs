@@ -16,6 +16,9 @@ pub enum ClientError {
     ImageExists(String),
     #[error("{0}")]
     Invalid(String),
+    /// The image is in use (open somewhere, or an admin operation runs).
+    #[error("{0}")]
+    Busy(String),
     #[error("operation failed: {0}")]
     Op(#[from] OpError),
     #[error("operation timed out")]

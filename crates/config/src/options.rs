@@ -58,6 +58,17 @@ fn at_least_one<T: Copy + Into<u64>>(v: &T) -> Result<(), String> {
     }
 }
 
+/// Watches are renewed every third of their timeout: under a second
+/// would renew many times a second; over an hour would hold a dead
+/// client's image for that long.
+fn watch_timeout(v: &u64) -> Result<(), String> {
+    if (1_000..=3_600_000).contains(v) {
+        Ok(())
+    } else {
+        Err(format!("must be from 1000 (1 s) to 3600000 (1 h), got {v}"))
+    }
+}
+
 fn at_least_100(v: &u32) -> Result<(), String> {
     if *v >= 100 {
         Ok(())
@@ -576,6 +587,11 @@ section! {
         image_default_object_size: u64 = 4 << 20, check object_size;
         /// Most ops a client has in flight at once (at least 1).
         max_inflight_ops: u32 = 1024, check at_least_one;
+        /// An open image's watch (what keeps `image rm` and shrinking
+        /// from pulling it away) lapses if not renewed within this many
+        /// milliseconds; it is renewed every third of it, and the image's
+        /// I/O waits while it is lapsed (Ceph's `osd_client_watch_timeout`).
+        watch_timeout_ms: u64 = 30_000, check watch_timeout;
     }
 }
 

@@ -591,9 +591,15 @@ fn check_op(op: &OsdOp) -> Result<(), String> {
     if op.ops.is_empty() {
         return Err("a request must hold at least one op".into());
     }
+    // Guards go with either kind.
+    let guards = op
+        .ops
+        .iter()
+        .filter(|o| matches!(o, ObjOp::OmapCmp { .. }))
+        .count();
     let writes = op.ops.iter().filter(|o| o.is_mutation()).count();
-    if writes != 0 && writes != op.ops.len() {
-        return Err("a request must hold only reads or only mutations".into());
+    if writes != 0 && writes + guards != op.ops.len() {
+        return Err("a request must hold only reads or only mutations (and guards)".into());
     }
     if op.oid.is_empty() || op.oid.len() > MAX_OID_LEN {
         return Err(format!("object names are 1 to {MAX_OID_LEN} bytes"));

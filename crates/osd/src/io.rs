@@ -129,6 +129,10 @@ pub async fn execute_reads(store: &dyn ObjectStore, oid: &ObjectId, ops: &[ObjOp
                         .collect(),
                 )
             }
+            ObjOp::OmapCmp { key, value } => {
+                omap_cmp(store, oid, key, value.as_deref()).map_err(ReadFailure::Op)?;
+                OpOutput::None
+            }
             ObjOp::OmapList { start_after, max } => {
                 let list = store
                     .omap_list(oid, start_after.as_deref(), (*max).min(65536) as usize)
@@ -144,6 +148,32 @@ pub async fn execute_reads(store: &dyn ObjectStore, oid: &ObjectId, ops: &[ObjOp
         outputs.push(output);
     }
     Ok(outputs)
+}
+
+/// Check an [`ObjOp::OmapCmp`] guard against the stored object.
+pub fn omap_cmp(
+    store: &dyn ObjectStore,
+    oid: &ObjectId,
+    key: &str,
+    want: Option<&[u8]>,
+) -> Result<(), OpError> {
+    let found = match store.omap_get(oid, &[key.to_string()]) {
+        Ok(found) => found.into_iter().next().map(|(_, v)| v),
+        Err(StoreError::NotFound(_)) => None,
+        Err(e) => return Err(store_error(e)),
+    };
+    if found.as_deref() == want {
+        return Ok(());
+    }
+    let what = |v: Option<&[u8]>| match v {
+        None => "absent".to_string(),
+        Some(v) => format!("{} bytes", v.len()),
+    };
+    Err(OpError::Mismatch(format!(
+        "omap key {key:?} of {oid}: expected {}, found {}",
+        what(want),
+        what(found.as_deref())
+    )))
 }
 
 fn read_failure(e: StoreError) -> ReadFailure {

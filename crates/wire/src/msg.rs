@@ -210,7 +210,8 @@ pub enum CrushCommand {
 }
 
 /// One client operation on one object: a list of sub-ops applied atomically.
-/// A request holds either only reads or only mutations.
+/// A request holds either only reads or only mutations, and any guards
+/// ([`ObjOp::OmapCmp`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdOp {
     /// Per-send id for matching the reply.
@@ -241,6 +242,15 @@ pub enum ObjOp {
     OmapList {
         start_after: Option<String>,
         max: u32,
+    },
+    /// A guard: the object's omap value at `key` must equal `value`
+    /// (`None`: the key, or the whole object, is absent), or the whole
+    /// request fails with [`OpError::Mismatch`] and nothing of it is
+    /// applied. In a mutating request guards see the object as it was
+    /// before the request (put them first).
+    OmapCmp {
+        key: String,
+        value: Option<Bytes>,
     },
     // mutations
     Write {
@@ -286,6 +296,7 @@ impl ObjOp {
                 | ObjOp::GetAttr { .. }
                 | ObjOp::OmapGet { .. }
                 | ObjOp::OmapList { .. }
+                | ObjOp::OmapCmp { .. }
         )
     }
 }
@@ -306,6 +317,9 @@ pub enum OpError {
     NotFound,
     #[error("already exists")]
     Exists,
+    /// An [`ObjOp::OmapCmp`] guard did not hold; nothing was applied.
+    #[error("compare failed: {0}")]
+    Mismatch(String),
     #[error("invalid operation: {0}")]
     Invalid(String),
     /// An OSD of the PG is full (or its store ran out of space): the

@@ -198,6 +198,7 @@ impl TestCluster {
             mon_addr: config.global.mon_addr.clone(),
             op_timeout: None,
             op_complaint_time: None,
+            watch_timeout: Duration::from_millis(config.client.watch_timeout_ms),
         };
         Cluster::connect(opts).await.expect("connect")
     }

@@ -68,7 +68,11 @@ fn only_frees_space(ops: &[ObjOp]) -> bool {
     ops.iter().all(|op| {
         matches!(
             op,
-            ObjOp::Remove | ObjOp::Truncate { .. } | ObjOp::Zero { .. } | ObjOp::OmapRm { .. }
+            ObjOp::Remove
+                | ObjOp::Truncate { .. }
+                | ObjOp::Zero { .. }
+                | ObjOp::OmapRm { .. }
+                | ObjOp::OmapCmp { .. }
         )
     })
 }
@@ -560,6 +564,11 @@ fn build_mutation(
             Err(e) => return Err(store_error(e)),
         };
     }
+    for op in ops {
+        if let ObjOp::OmapCmp { key, value } = op {
+            crate::io::omap_cmp(store, oid, key, value.as_deref())?;
+        }
+    }
     let mut exists = size.is_some();
     for op in ops {
         match op {
@@ -637,6 +646,7 @@ fn build_mutation(
                     txn.omap_rm(oid, keys.clone());
                 }
             }
+            ObjOp::OmapCmp { .. } => {}
             _ => return Err(OpError::Invalid("read op in a write request".into())),
         }
     }

@@ -23,6 +23,12 @@ use serde::Serialize;
 use crate::striper::{map_extents, Extent};
 use crate::{ClientError, Cluster};
 
+mod admin_op;
+pub mod watch;
+
+pub use admin_op::{ImageStatus, ShrinkPolicy};
+use watch::Lease;
+
 const DIRECTORY: &str = "rbd_directory";
 pub const MIN_OBJECT_SIZE: u64 = 4 << 10;
 pub const MAX_OBJECT_SIZE: u64 = 64 << 20;
@@ -88,11 +94,14 @@ fn omap_of(outputs: Vec<OpOutput>) -> Vec<(String, Bytes)> {
     }
 }
 
-/// An open image. Cheap to share; many operations may be in flight.
+/// An open image. Cheap to share; many operations may be in flight. It
+/// holds a watch on its header for as long as it lives ([`watch`]).
 pub struct Image {
     cluster: Arc<Cluster>,
     pool: PoolId,
     info: RwLock<ImageInfo>,
+    header: String,
+    lease: Lease,
 }
 
 impl Image {
@@ -245,6 +254,8 @@ impl Image {
         })
     }
 
+    /// Open for I/O: registers a watch on the header, renewed in the
+    /// background until the image is closed or dropped.
     pub async fn open(
         cluster: &Arc<Cluster>,
         pool_name: &str,
@@ -252,75 +263,63 @@ impl Image {
     ) -> Result<Arc<Image>, ClientError> {
         let info = Self::info(cluster, pool_name, name).await?;
         let pool = cluster.pool_id(pool_name)?;
-        Ok(Arc::new(Image {
+        let header = header_oid(&info.id);
+        let timeout = cluster.options().watch_timeout;
+        let lease = match Lease::register(cluster, pool, &header, name, timeout).await {
+            Ok(lease) => lease,
+            Err(ClientError::Op(OpError::Mismatch(_))) => {
+                return Err(admin_op::why_not_watchable(cluster, pool, pool_name, name, &header).await)
+            }
+            Err(e) => return Err(e),
+        };
+        // The size may have changed between the first look and the watch.
+        let info = Self::info(cluster, pool_name, name).await?;
+        let image = Arc::new(Image {
             cluster: cluster.clone(),
             pool,
             info: RwLock::new(info),
-        }))
+            header,
+            lease,
+        });
+        tokio::spawn(keep_watch(Arc::downgrade(&image), timeout / 3));
+        Ok(image)
+    }
+
+    /// Stop I/O and drop the watch. Later I/O on this handle fails.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        if self.lease.is_lost() {
+            return Ok(());
+        }
+        self.lease.lose("the image was closed".into());
+        unwatch(&self.cluster, self.pool, &self.header, &self.lease).await
+    }
+
+    /// Re-read the size from the header (another client may have grown
+    /// the image).
+    async fn refresh_size(&self) -> Result<(), ClientError> {
+        let keys = vec!["size".to_string()];
+        let out = self
+            .cluster
+            .op(self.pool, &self.header, vec![ObjOp::OmapGet { keys }])
+            .await?;
+        let Some(size) = omap_of(out).first().and_then(|(_, v)| u64_value(v)) else {
+            return Err(ClientError::Protocol(format!("{}: no size", self.header)));
+        };
+        let mut info = self.info.write();
+        if info.size != size {
+            tracing::info!(
+                "image {}/{}: size {} -> {size}",
+                info.pool,
+                info.name,
+                info.size
+            );
+            info.size = size;
+        }
+        Ok(())
     }
 
     pub fn info_now(&self) -> ImageInfo {
         self.info.read().clone()
-    }
-
-    /// Grow or shrink. Shrinking discards the data past the new end.
-    pub async fn resize(
-        cluster: &Arc<Cluster>,
-        pool_name: &str,
-        name: &str,
-        new_size: u64,
-    ) -> Result<ImageInfo, ClientError> {
-        validate_size(new_size)?;
-        let mut info = Self::info(cluster, pool_name, name).await?;
-        let pool = cluster.pool_id(pool_name)?;
-        let entries = vec![(
-            "size".into(),
-            Bytes::copy_from_slice(&new_size.to_le_bytes()),
-        )];
-        cluster
-            .op(
-                pool,
-                &header_oid(&info.id),
-                vec![ObjOp::OmapSet { entries }],
-            )
-            .await?;
-        if new_size < info.size {
-            let first_gone = new_size.div_ceil(info.object_size);
-            remove_objects(cluster, pool, &info.id, first_gone..info.objects()).await?;
-            let tail = new_size % info.object_size;
-            if tail != 0 {
-                let oid = data_oid(&info.id, new_size / info.object_size);
-                let zero = ObjOp::Zero {
-                    offset: tail,
-                    len: info.object_size - tail,
-                };
-                cluster.op(pool, &oid, vec![zero]).await?;
-            }
-        }
-        info.size = new_size;
-        Ok(info)
-    }
-
-    pub async fn remove(
-        cluster: &Arc<Cluster>,
-        pool_name: &str,
-        name: &str,
-    ) -> Result<(), ClientError> {
-        let info = Self::info(cluster, pool_name, name).await?;
-        let pool = cluster.pool_id(pool_name)?;
-        remove_objects(cluster, pool, &info.id, 0..info.objects()).await?;
-        match cluster
-            .op(pool, &header_oid(&info.id), vec![ObjOp::Remove])
-            .await
-        {
-            Ok(_) | Err(ClientError::Op(OpError::NotFound)) => {}
-            Err(e) => return Err(e),
-        }
-        let keys = vec![format!("name_{name}"), format!("id_{}", info.id)];
-        cluster
-            .op(pool, DIRECTORY, vec![ObjOp::OmapRm { keys }])
-            .await?;
-        Ok(())
     }
 
     fn data_oid(&self, object_no: u64) -> String {
@@ -372,6 +371,7 @@ impl Image {
     }
 
     async fn zero_range(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        self.lease.hold().await.map_err(VolumeError::Io)?;
         check_range(offset, len, self.size())?;
         let extents = map_extents(offset, len, self.object_size());
         try_join_all(extents.into_iter().map(|e| self.zero_extent(e)))
@@ -379,6 +379,59 @@ impl Image {
             .map_err(volume_error)?;
         Ok(())
     }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        if self.lease.is_lost() {
+            return;
+        }
+        // Best effort: a watch not dropped here expires after its timeout.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (cluster, pool, header) = (self.cluster.clone(), self.pool, self.header.clone());
+            let (key, value) = (self.lease.key.clone(), self.lease.value());
+            rt.spawn(async move {
+                let _ = watch::drop_watch(&cluster, pool, &header, key, value).await;
+            });
+        }
+    }
+}
+
+/// Renew `image`'s watch every `interval` while it lives.
+async fn keep_watch(image: std::sync::Weak<Image>, interval: std::time::Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(image) = image.upgrade() else {
+            return;
+        };
+        if image.lease.is_lost() {
+            return;
+        }
+        match image.lease.renew(&image.cluster, image.pool, &image.header).await {
+            Ok(true) => {
+                if let Err(e) = image.refresh_size().await {
+                    tracing::warn!("{}: cannot re-read the size: {e}", image.header);
+                }
+            }
+            Ok(false) => {
+                tracing::error!(
+                    "{}: watch lost; every further I/O on this image fails",
+                    image.header
+                );
+                return;
+            }
+            Err(e) => tracing::warn!("{}: renewing the watch failed: {e}; retrying", image.header),
+        }
+    }
+}
+
+async fn unwatch(
+    cluster: &Cluster,
+    pool: PoolId,
+    header: &str,
+    lease: &Lease,
+) -> Result<(), ClientError> {
+    watch::drop_watch(cluster, pool, header, lease.key.clone(), lease.value()).await
 }
 
 async fn remove_objects(
@@ -417,6 +470,7 @@ impl Volume for Image {
     }
 
     async fn read(&self, offset: u64, len: u64) -> Result<Bytes, VolumeError> {
+        self.lease.hold().await.map_err(VolumeError::Io)?;
         check_range(offset, len, self.size())?;
         let extents = map_extents(offset, len, self.object_size());
         if extents.len() == 1 {
@@ -433,6 +487,7 @@ impl Volume for Image {
     }
 
     async fn write(&self, offset: u64, data: Bytes) -> Result<(), VolumeError> {
+        self.lease.hold().await.map_err(VolumeError::Io)?;
         check_range(offset, data.len() as u64, self.size())?;
         let extents = map_extents(offset, data.len() as u64, self.object_size());
         try_join_all(extents.into_iter().map(|e| {
