@@ -284,7 +284,10 @@ pub(crate) fn answer_on_loop(inner: &Inner, shared: &Shared, flight: &mut MutexG
 /// the record, the write or an earlier one failed.
 fn answer(inner: &Inner, f: InFlight, written: Result<(), String>) {
     let answered = answer_with(inner, f, written, false);
-    assert!(answered.is_ok(), "a blocking answer never hands a record back");
+    assert!(
+        answered.is_ok(),
+        "a blocking answer never hands a record back"
+    );
 }
 
 /// [`answer`] without blocking: a batch the key-value store could only

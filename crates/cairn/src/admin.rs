@@ -130,8 +130,25 @@ fn print_image_status(pool: &str, name: &str, status: &ImageStatus) {
             w.entry.desc,
             w.age_ms as f64 / 1000.0,
             w.entry.timeout_ms as f64 / 1000.0,
-            if w.expired { "  EXPIRED (dead? `image rm --force` evicts it)" } else { "" }
+            if w.expired {
+                "  EXPIRED (dead? `image rm --force` evicts it)"
+            } else {
+                ""
+            }
         );
+    }
+}
+
+impl ImageCmd {
+    fn verb(&self) -> &'static str {
+        match self {
+            ImageCmd::Create { .. } => "create",
+            ImageCmd::Ls { .. } => "ls",
+            ImageCmd::Info { .. } => "info",
+            ImageCmd::Resize { .. } => "resize",
+            ImageCmd::Rm { .. } => "rm",
+            ImageCmd::Status { .. } => "status",
+        }
     }
 }
 
@@ -317,6 +334,7 @@ pub fn pgid_arg(text: &str) -> Result<cairn_types::PgId> {
 pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
     let json = ctx.json;
     let default_object_size = conf::load(ctx)?.client.image_default_object_size;
+    cairn_client::image::watch::set_process_role(format!("cairn image {}", cmd.verb()));
     with_cluster(ctx, async move |cluster| {
         match cmd {
             ImageCmd::Create {

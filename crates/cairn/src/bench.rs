@@ -99,6 +99,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
     let lat_bins = args.lat_bins;
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        cairn_client::image::watch::set_process_role(format!("cairn bench {pool}/{name}"));
         let image = Image::open(&cluster, &pool, &name).await?;
         spec.validate(cairn_volume::Volume::size(&*image))?;
         // CPU is sampled when the measured window starts and when the run ends.

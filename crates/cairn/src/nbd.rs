@@ -37,6 +37,7 @@ pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
     let rt = crate::daemons::runtime(args.threads)?;
     rt.block_on(async move {
         let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        cairn_client::image::watch::set_process_role(format!("cairn nbd {pool}/{name}"));
         let image = Image::open(&cluster, &pool, &name).await?;
         let server = cairn_nbd::NbdServer::new(name.clone(), image.clone(), args.read_only);
         let serve = async {

@@ -220,10 +220,23 @@ async fn resize_grows_with_zeros_and_shrink_discards_the_tail() {
 
     let shrunk: u64 = 10 * OBJ + 3 * 512; // 10 whole objects and part of the 11th
     let err = cluster.fails(&["image", "resize", "rbd/rs", "--size", &shrunk.to_string()]);
-    assert!(err.contains("--allow-shrink"), "shrink without the flag: {err}");
-    let shrink = ["image", "resize", "rbd/rs", "--size", &shrunk.to_string(), "--allow-shrink"];
+    assert!(
+        err.contains("--allow-shrink"),
+        "shrink without the flag: {err}"
+    );
+    let shrink = [
+        "image",
+        "resize",
+        "rbd/rs",
+        "--size",
+        &shrunk.to_string(),
+        "--allow-shrink",
+    ];
     let err = cluster.fails(&shrink);
-    assert!(err.contains("is open by client."), "shrink of an open image: {err}");
+    assert!(
+        err.contains("is open by client."),
+        "shrink of an open image: {err}"
+    );
     within("close", image.close()).await.expect("close");
     cluster.ok(&shrink);
     let info = image_info_json(&cluster, "rbd/rs");
@@ -421,7 +434,14 @@ async fn two_images_do_not_interfere() {
     assert_image_eq(&a, &model_a, "image a after discard").await;
     assert_image_eq(&b, &model_b, "image b after discarding a").await;
     within("close", a.close()).await.expect("close a");
-    cluster.ok(&["image", "resize", "rbd/a", "--size", "64K", "--allow-shrink"]);
+    cluster.ok(&[
+        "image",
+        "resize",
+        "rbd/a",
+        "--size",
+        "64K",
+        "--allow-shrink",
+    ]);
     cluster.ok(&["image", "rm", "rbd/a"]);
     assert_image_eq(&b, &model_b, "image b after removing a").await;
     let info = image_info_json(&cluster, "rbd/b");

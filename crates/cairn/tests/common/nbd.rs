@@ -160,6 +160,22 @@ impl Gateway {
         }
     }
 
+    /// Stop with SIGTERM (as a service manager would) and wait, bounded, for the exit: the
+    /// gateway drops its watch on the way out.
+    pub fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.child.try_wait().expect("try_wait").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "cairn nbd did not exit on SIGTERM:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

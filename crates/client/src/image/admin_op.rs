@@ -18,7 +18,9 @@ use cairn_wire::{ObjOp, OpError};
 use serde::Serialize;
 
 use super::watch::{self, AdminOp, Watcher, ADMIN_OP_KEY};
-use super::{data_oid, header_oid, omap_of, remove_objects, validate_size, Image, ImageInfo, DIRECTORY};
+use super::{
+    data_oid, header_oid, omap_of, remove_objects, validate_size, Image, ImageInfo, DIRECTORY,
+};
 use crate::{ClientError, Cluster};
 
 /// What a resize may do to data.
@@ -109,7 +111,10 @@ async fn begin(
     match cluster.op(pool, &header, set).await {
         Ok(_) => {}
         Err(ClientError::Op(OpError::Mismatch(_) | OpError::NotFound)) => {
-            return Err(ClientError::NoSuchImage(format!("{}/{}", info.pool, info.name)))
+            return Err(ClientError::NoSuchImage(format!(
+                "{}/{}",
+                info.pool, info.name
+            )))
         }
         Err(e) => return Err(e),
     }
@@ -224,7 +229,10 @@ impl Image {
                 }
             }
         }
-        let entries = vec![("size".into(), Bytes::copy_from_slice(&new_size.to_le_bytes()))];
+        let entries = vec![(
+            "size".into(),
+            Bytes::copy_from_slice(&new_size.to_le_bytes()),
+        )];
         let ops = vec![guard_name(name), ObjOp::OmapSet { entries }];
         match cluster.op(pool, &header_oid(&info.id), ops).await {
             Ok(_) => {}

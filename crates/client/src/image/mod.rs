@@ -268,7 +268,9 @@ impl Image {
         let lease = match Lease::register(cluster, pool, &header, name, timeout).await {
             Ok(lease) => lease,
             Err(ClientError::Op(OpError::Mismatch(_))) => {
-                return Err(admin_op::why_not_watchable(cluster, pool, pool_name, name, &header).await)
+                return Err(
+                    admin_op::why_not_watchable(cluster, pool, pool_name, name, &header).await,
+                )
             }
             Err(e) => return Err(e),
         };
@@ -407,7 +409,11 @@ async fn keep_watch(image: std::sync::Weak<Image>, interval: std::time::Duration
         if image.lease.is_lost() {
             return;
         }
-        match image.lease.renew(&image.cluster, image.pool, &image.header).await {
+        match image
+            .lease
+            .renew(&image.cluster, image.pool, &image.header)
+            .await
+        {
             Ok(true) => {
                 if let Err(e) = image.refresh_size().await {
                     tracing::warn!("{}: cannot re-read the size: {e}", image.header);

@@ -82,22 +82,31 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// This process, for watch and admin-op entries: `cairn nbd (pid 12, host a)`.
+static ROLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Name what this process is, for the watches and admin-op records it
+/// leaves (e.g. `cairn nbd rbd/vol`); the first call wins.
+pub fn set_process_role(role: impl Into<String>) {
+    let _ = ROLE.set(role.into());
+}
+
+/// This process, for watch and admin-op entries: `cairn nbd rbd/vol (pid
+/// 12, host a)`; without a role, the program's name.
 pub fn describe_process() -> String {
-    let program = std::env::args()
-        .next()
-        .and_then(|p| {
-            std::path::Path::new(&p)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let verb = std::env::args().nth(1).unwrap_or_default();
+    let role = ROLE.get().cloned().unwrap_or_else(|| {
+        std::env::args()
+            .next()
+            .and_then(|p| {
+                std::path::Path::new(&p)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "unknown".into())
+    });
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "?".into());
-    format!("{program} {verb} (pid {}, host {host})", std::process::id())
-        .replace("  ", " ")
+    format!("{role} (pid {}, host {host})", std::process::id())
 }
 
 /// The output of the request's omap read, wherever it is in the outputs.
