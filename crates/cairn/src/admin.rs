@@ -174,7 +174,7 @@ pub fn with_cluster<T>(ctx: &Context, f: impl AsyncFnOnce(Arc<Cluster>) -> Resul
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let cluster = Cluster::connect(conf::client_options(&config)).await?;
+        let cluster = Cluster::connect(conf::admin_client_options(&config)).await?;
         f(cluster).await
     })
 }

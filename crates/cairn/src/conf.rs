@@ -40,6 +40,12 @@ pub fn load(ctx: &Context) -> Result<Config> {
     if let Some(mon) = &ctx.mon_override {
         config.set("global.mon_addr", mon).context("--mon")?;
     }
+    if let Some(secs) = ctx.timeout {
+        let ms = secs.saturating_mul(1000).to_string();
+        config
+            .set("client.command_timeout_ms", &ms)
+            .context("--timeout")?;
+    }
     Ok(config)
 }
 
@@ -85,7 +91,16 @@ pub fn client_options(config: &Config) -> cairn_client::ClientOptions {
         op_timeout: ms(config.client.op_timeout_ms),
         op_complaint_time: ms(config.client.op_complaint_time_ms),
         watch_timeout: std::time::Duration::from_millis(config.client.watch_timeout_ms),
+        command_timeout: std::time::Duration::from_millis(config.client.command_timeout_ms),
     }
+}
+
+/// The client options of an admin command: its object ops, too, give up
+/// after `client.command_timeout_ms` unless `client.op_timeout_ms` is set.
+pub fn admin_client_options(config: &Config) -> cairn_client::ClientOptions {
+    let mut opts = client_options(config);
+    opts.op_timeout.get_or_insert(opts.command_timeout);
+    opts
 }
 
 /// Set up logging for a command whose standard output is its result (a

@@ -39,6 +39,10 @@ use layout::{Layout, LayoutArgs};
 use netns::{HostNet, Net};
 use state::{is_running, load_state, save_state, spawn_daemon, state_path, Daemon, State};
 
+/// How long `cluster up` waits for the cluster to become active, unless
+/// `--timeout` says otherwise.
+const UP_TIMEOUT_SECS: u64 = 120;
+
 #[derive(Subcommand)]
 pub enum ClusterCmd {
     /// Start a monitor and N OSDs, create pool `rbd`, wait until all PGs are active.
@@ -69,9 +73,6 @@ pub enum ClusterCmd {
         /// PGs in pool `rbd` (first `up` only).
         #[arg(long)]
         pg_num: Option<u32>,
-        /// Seconds to wait for the cluster to become active.
-        #[arg(long, default_value_t = 120)]
-        timeout: u64,
     },
     /// Show the daemons of the local cluster and the cluster status.
     Status {
@@ -120,7 +121,6 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
             store,
             set,
             pg_num,
-            timeout,
         } => {
             let asked = LayoutArgs {
                 osds,
@@ -135,7 +135,7 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
                 &dir,
                 &fresh,
                 pg_num,
-                Duration::from_secs(timeout),
+                Duration::from_secs(ctx.timeout.unwrap_or(UP_TIMEOUT_SECS)),
             )
         }
         ClusterCmd::Status { dir } => status(ctx, &dir),
@@ -251,6 +251,7 @@ fn up(
         conf_path: Some(conf_path.clone()),
         mon_override: None,
         json: ctx.json,
+        timeout: ctx.timeout,
     };
     let status = wait_active(&ctx, &layout, pg_num, Instant::now() + timeout)?;
     if ctx.json {
@@ -449,6 +450,7 @@ fn status(ctx: &Context, dir: &Path) -> Result<()> {
         conf_path: Some(conf_path),
         mon_override: None,
         json: ctx.json,
+        timeout: ctx.timeout,
     };
     let daemons: Vec<serde_json::Value> = state
         .daemons

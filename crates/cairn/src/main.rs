@@ -39,6 +39,12 @@ struct Cli {
     /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Seconds an admin command may wait for the cluster before it fails
+    /// naming what did not answer (default: client.command_timeout_ms;
+    /// for `cluster up`, how long to wait for the cluster to be active,
+    /// default 120).
+    #[arg(long, global = true, value_name = "SECS")]
+    timeout: Option<u64>,
     #[command(subcommand)]
     command: Command,
 }
@@ -84,15 +90,45 @@ pub struct Context {
     pub conf_path: Option<PathBuf>,
     pub mon_override: Option<String>,
     pub json: bool,
+    /// `--timeout`, in seconds.
+    pub timeout: Option<u64>,
+}
+
+/// A reader that went away (`cairn pg ls | head -2`) ends the command as it
+/// ends `ls`: killed by SIGPIPE, silently. Rust ignores SIGPIPE so that
+/// sockets report EPIPE; a failed print to stdout then panics, and this
+/// hook turns that one panic back into the signal. Daemons never print
+/// results to stdout, so their sockets keep the error.
+fn die_quietly_on_a_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            // SAFETY: restoring a default disposition and raising a signal
+            // at ourselves; nothing else runs in this process any more.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+        }
+        default(info);
+    }));
 }
 
 fn main() -> ExitCode {
     alloc::tune();
+    die_quietly_on_a_closed_stdout();
     let cli = Cli::parse();
     let ctx = Context {
         conf_path: cli.conf,
         mon_override: cli.mon,
         json: cli.json,
+        timeout: cli.timeout,
     };
     let result = match cli.command {
         Command::Mon(args) => daemons::run_mon(&ctx, args),

@@ -528,3 +528,109 @@ fn pool_create_ls_rm_round_trip_and_osd_ls() {
     );
     cluster.ok(&["pool", "rm", "p2", "--yes-i-really-mean-it"]);
 }
+
+/// Send `signal` (`-STOP`, `-CONT`) to a process.
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[test]
+fn a_stopped_daemon_makes_commands_fail_within_their_timeout_naming_it() {
+    let cluster = TestCluster::up(3);
+    let conf = cluster.conf();
+    let conf = conf.to_str().expect("conf path");
+    let with_timeout = |args: &[&str]| {
+        let mut full = vec!["--conf", conf, "--timeout", "2"];
+        full.extend_from_slice(args);
+        let started = Instant::now();
+        let out = run_with_deadline(&full, Duration::from_secs(20));
+        (out, started.elapsed())
+    };
+
+    // The monitor stopped: connecting gets no map.
+    let mon = cluster.pid("mon");
+    signal(mon, "-STOP");
+    for args in [
+        &["status"][..],
+        &["image", "create", "rbd/t", "--size", "1M"],
+    ] {
+        let (out, took) = with_timeout(args);
+        signal(mon, "-CONT");
+        let err = one_line_failure(&out, &format!("{args:?} with the monitor stopped"));
+        assert!(
+            err.contains("monitor") && err.contains("sent no map within 2.0 s"),
+            "{args:?}: {err}"
+        );
+        assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+        signal(mon, "-STOP");
+    }
+    signal(mon, "-CONT");
+
+    // Every OSD stopped: the object op names its PG and primary.
+    let osds: Vec<u32> = (0..3).map(|i| cluster.pid(&format!("osd.{i}"))).collect();
+    for &pid in &osds {
+        signal(pid, "-STOP");
+    }
+    let (out, took) = with_timeout(&["image", "create", "rbd/t", "--size", "1M"]);
+    for &pid in &osds {
+        signal(pid, "-CONT");
+    }
+    let err = one_line_failure(&out, "image create with the OSDs stopped");
+    assert!(
+        err.contains("no answer within 2.0 s") && err.contains("primary osd."),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+
+    // Back to normal: the same command works.
+    cluster.ok(&["image", "create", "rbd/t2", "--size", "1M"]);
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_a_command_without_a_panic() {
+    let cluster = TestCluster::up(3);
+    for i in 0..40 {
+        cluster.ok(&["image", "create", &format!("rbd/img{i:02}"), "--size", "1M"]);
+    }
+    let conf = cluster.conf();
+    let conf = conf.to_str().expect("conf path");
+    for args in [
+        &["pg", "ls"][..],
+        &["image", "ls"],
+        &["osd", "ls"],
+        &["status"],
+        &["--json", "pg", "ls"],
+        &["config", "defaults"],
+    ] {
+        let mut full = vec!["--conf", conf];
+        full.extend_from_slice(args);
+        let mut child = Command::new(CAIRN)
+            .args(&full)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run cairn");
+        // Close the read end at once, as `| head -0` would.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc_sigpipe()),
+            "{args:?} ended with {:?}: {err}",
+            out.status
+        );
+    }
+}
+
+/// SIGPIPE's number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
+}

@@ -347,7 +347,11 @@ async fn fill_to_full_then_remove_data_and_write_again() {
     }
     assert_reads_back(&keep, 0, &model, "keep after an NBD discard").await;
 
-    // Removing an image works at full and brings the OSDs below the ratios.
+    // Removing an image works at full and brings the OSDs below the ratios
+    // (closing it, which drops its watch, too).
+    within("close filler", OP_WAIT, filler.close())
+        .await
+        .expect("close filler");
     cluster.ok(&["image", "rm", "rbd/filler"]);
     wait_status(&cluster, "no OSD full after the removal", |s| {
         full_osds(s) == 0 && !s["health"].as_str().unwrap_or("").contains("full")

@@ -105,9 +105,12 @@ fn a_host_killed_under_fio_load_recovers_only_what_was_written_meanwhile() {
     );
     let backfilled = counter(&after, "backfilled_objects") - counter(&before, "backfilled_objects");
     assert!(recovered > 0, "nothing recovered: {after}");
+    // 16 data objects, and the image's header, which the gateway's watch
+    // renewals write every few seconds.
     assert!(
-        recovered <= 16,
-        "{recovered} copies recovered, but only 16 objects (one copy each on h2) were written while h2 was down"
+        recovered <= 17,
+        "{recovered} copies recovered, but only 16 data objects and the header (one copy each \
+         on h2) were written while h2 was down"
     );
     assert_eq!(
         backfilled, 0,

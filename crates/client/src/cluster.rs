@@ -26,11 +26,10 @@ pub struct ClientOptions {
     pub op_complaint_time: Option<Duration>,
     /// An open image's watch lapses if not renewed within this time.
     pub watch_timeout: Duration,
+    /// How long connecting (to the first map) and a monitor command may
+    /// take, including waiting for a lost monitor session to come back.
+    pub command_timeout: Duration,
 }
-
-/// How long an admin command may take, including waiting for a lost
-/// monitor session to come back.
-const MON_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
     opts: ClientOptions,
@@ -49,7 +48,8 @@ impl Cluster {
     /// session is kept up in the background from then on.
     pub async fn connect(opts: ClientOptions) -> Result<Arc<Self>, ClientError> {
         let client_id = rand::random::<u64>() | 1;
-        let (mon, conn, first) = MonSession::open(&opts.mon_addr, client_id).await?;
+        let (mon, conn, first) =
+            MonSession::open(&opts.mon_addr, client_id, opts.command_timeout).await?;
         let (map_tx, map_rx) = watch::channel(Arc::new(first));
         let cluster = Arc::new(Self {
             opts,
@@ -91,7 +91,10 @@ impl Cluster {
     /// Run an admin command on the monitor; the reply is JSON.
     pub async fn mon_command(&self, cmd: MonCommand) -> Result<serde_json::Value, ClientError> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
-        let text = self.mon.command(tid, cmd, MON_COMMAND_TIMEOUT).await?;
+        let text = self
+            .mon
+            .command(tid, cmd, self.opts.command_timeout)
+            .await?;
         serde_json::from_str(&text).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
@@ -139,10 +142,31 @@ impl Cluster {
     ) -> Result<Vec<OpOutput>, ClientError> {
         match self.opts.op_timeout {
             None => self.op_inner(pool, oid, ops).await,
-            Some(limit) => tokio::time::timeout(limit, self.op_inner(pool, oid, ops))
-                .await
-                .map_err(|_| ClientError::Timeout)?,
+            Some(limit) => match tokio::time::timeout(limit, self.op_inner(pool, oid, ops)).await {
+                Ok(done) => done,
+                Err(_) => Err(ClientError::Timeout(self.unanswered(pool, oid, limit))),
+            },
         }
+    }
+
+    /// Who should have answered an op on `oid` that timed out.
+    fn unanswered(&self, pool_id: PoolId, oid: &str, limit: Duration) -> String {
+        let map = self.map();
+        let whom = match map.pool(pool_id) {
+            Some(pool) => {
+                let pg = map.object_pg(pool, oid);
+                match map.acting(pg).primary() {
+                    Some(osd) => format!("pg {pg}, primary osd.{osd}"),
+                    None => format!("pg {pg}, no OSD of it up"),
+                }
+            }
+            None => format!("pool {pool_id} gone"),
+        };
+        format!(
+            "no answer within {:.1} s for an op on object {oid:?} ({whom}, map epoch {})",
+            limit.as_secs_f64(),
+            map.epoch
+        )
     }
 
     async fn op_inner(

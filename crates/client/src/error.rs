@@ -21,8 +21,9 @@ pub enum ClientError {
     Busy(String),
     #[error("operation failed: {0}")]
     Op(#[from] OpError),
-    #[error("operation timed out")]
-    Timeout,
+    /// Nothing answered in time; says what did not.
+    #[error("{0}")]
+    Timeout(String),
     #[error("protocol error: {0}")]
     Protocol(String),
 }

@@ -44,29 +44,41 @@ impl MonSession {
     /// Connect, subscribe and wait for the first map. Fails if the monitor
     /// cannot be reached now: a client that has never seen a map has
     /// nothing to route with.
+    /// Connect and wait for the first map, both within `limit`.
     pub async fn open(
         addr: &str,
         client_id: u64,
+        limit: Duration,
     ) -> Result<(Arc<Self>, Connection, ClusterMap), ClientError> {
         let unreachable = |reason: String| ClientError::MonUnreachable {
             addr: addr.to_string(),
             reason,
         };
-        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, dial(addr, client_id, 0))
+        let dial_limit = CONNECT_TIMEOUT.min(limit);
+        let mut conn = tokio::time::timeout(dial_limit, dial(addr, client_id, 0))
             .await
-            .map_err(|_| unreachable("timed out".into()))?
+            .map_err(|_| {
+                unreachable(format!(
+                    "no connection within {:.1} s",
+                    dial_limit.as_secs_f64()
+                ))
+            })?
             .map_err(|e| unreachable(e.to_string()))?;
-        let first = loop {
-            match conn
-                .reader
-                .read()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?
-            {
-                Message::MapUpdate { map } => break *map,
-                _ => continue,
+        let first_map = async {
+            loop {
+                match conn.reader.read().await {
+                    Ok(Message::MapUpdate { map }) => break Ok(*map),
+                    Ok(_) => continue,
+                    Err(e) => break Err(unreachable(e.to_string())),
+                }
             }
         };
+        let first = tokio::time::timeout(limit, first_map).await.map_err(|_| {
+            unreachable(format!(
+                "it accepted the connection but sent no map within {:.1} s (stopped or overloaded?)",
+                limit.as_secs_f64()
+            ))
+        })??;
         let (sender, _) = watch::channel(Some(conn.sender.clone()));
         let session = Arc::new(Self {
             addr: addr.to_string(),
@@ -176,7 +188,13 @@ impl MonSession {
         let reply = tokio::time::timeout(limit, run).await;
         self.waiters.lock().remove(&tid);
         reply
-            .map_err(|_| ClientError::Timeout)??
+            .map_err(|_| {
+                ClientError::Timeout(format!(
+                    "the monitor at {} did not answer the command within {:.1} s",
+                    self.addr,
+                    limit.as_secs_f64()
+                ))
+            })??
             .map_err(ClientError::Command)
     }
 }

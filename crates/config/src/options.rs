@@ -592,6 +592,10 @@ section! {
         /// milliseconds; it is renewed every third of it, and the image's
         /// I/O waits while it is lapsed (Ceph's `osd_client_watch_timeout`).
         watch_timeout_ms: u64 = 30_000, check watch_timeout;
+        /// An admin command (and a client's connection to its first map)
+        /// fails after this many milliseconds without an answer, naming
+        /// what did not answer (`--timeout` overrides it per command).
+        command_timeout_ms: u64 = 30_000, check at_least_one;
     }
 }
 

@@ -199,6 +199,7 @@ impl TestCluster {
             op_timeout: None,
             op_complaint_time: None,
             watch_timeout: Duration::from_millis(config.client.watch_timeout_ms),
+            command_timeout: Duration::from_millis(config.client.command_timeout_ms),
         };
         Cluster::connect(opts).await.expect("connect")
     }

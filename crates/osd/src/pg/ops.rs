@@ -61,19 +61,31 @@ fn needs_object_state(ops: &[ObjOp]) -> bool {
     })
 }
 
-/// Does this request only free space (so it runs even while an OSD of
-/// the PG is full)? Removing an object, truncating, zeroing (a discard)
-/// and removing omap keys free space; everything else may add data.
-fn only_frees_space(ops: &[ObjOp]) -> bool {
-    ops.iter().all(|op| {
-        matches!(
-            op,
-            ObjOp::Remove
-                | ObjOp::Truncate { .. }
-                | ObjOp::Zero { .. }
-                | ObjOp::OmapRm { .. }
-                | ObjOp::OmapCmp { .. }
-        )
+/// Most bytes of omap a request may set while an OSD of the PG is full.
+const FULL_METADATA_MAX: usize = 4096;
+
+/// May this request run while an OSD of the PG is full? Requests that only
+/// free space (removing an object, truncating, zeroing, removing omap keys)
+/// and small omap-only changes: an image's watch renewal or an admin
+/// operation's record is a few hundred bytes, and refusing them would stop
+/// clients from reading (their lease lapses) and admins from removing
+/// data, the way out of full. The full ratio's headroom absorbs them.
+fn allowed_when_full(ops: &[ObjOp]) -> bool {
+    let mut metadata = 0usize;
+    ops.iter().all(|op| match op {
+        ObjOp::Remove
+        | ObjOp::Truncate { .. }
+        | ObjOp::Zero { .. }
+        | ObjOp::OmapRm { .. }
+        | ObjOp::OmapCmp { .. } => true,
+        ObjOp::OmapSet { entries } => {
+            metadata += entries
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+            metadata <= FULL_METADATA_MAX
+        }
+        _ => false,
     })
 }
 
@@ -112,7 +124,7 @@ impl Pg {
             return None;
         }
         let is_write = op.op.ops.iter().any(ObjOp::is_mutation);
-        if is_write && !only_frees_space(&op.op.ops) {
+        if is_write && !allowed_when_full(&op.op.ops) {
             if let Some(osd) = self.full_member(ctx, &op.op.oid) {
                 // A resent request already applied gets its outcome.
                 if self.log.find_reqid(&op.op.reqid).is_none() {
