@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
+use cairn_client::image::lock::parse_features;
 use cairn_client::image::{ImageStatus, ShrinkPolicy};
 use cairn_client::{Cluster, Image};
 use cairn_types::{format_size, parse_size};
@@ -81,6 +82,10 @@ pub enum ImageCmd {
         /// Object size, a power of two from 4K to 64M (default: client.image_default_object_size).
         #[arg(long)]
         object_size: Option<String>,
+        /// Features, comma-separated: `exclusive-lock` (one writer at a
+        /// time, a dead one fenced before another takes over) or `none`.
+        #[arg(long, default_value = "exclusive-lock")]
+        image_feature: String,
     },
     /// List the images of a pool (default `rbd`).
     Ls { pool: Option<String> },
@@ -108,6 +113,20 @@ pub enum ImageCmd {
     },
     /// Who has an image open (its watchers) and any admin operation on it.
     Status { image: String },
+    /// The exclusive lock: `ls` shows its holder, `break` fences the
+    /// holder (its later writes are refused by every OSD) and frees it.
+    Lock {
+        #[command(subcommand)]
+        cmd: LockCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LockCmd {
+    /// Show who holds an image's exclusive lock.
+    Ls { image: String },
+    /// Fence the holder (blocklist its client for an hour) and remove the lock.
+    Break { image: String },
 }
 
 fn print_image_status(pool: &str, name: &str, status: &ImageStatus) {
@@ -148,6 +167,7 @@ impl ImageCmd {
             ImageCmd::Resize { .. } => "resize",
             ImageCmd::Rm { .. } => "rm",
             ImageCmd::Status { .. } => "status",
+            ImageCmd::Lock { .. } => "lock",
         }
     }
 }
@@ -341,14 +361,17 @@ pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
                 image,
                 size,
                 object_size,
+                image_feature,
             } => {
+                let features = parse_features(&image_feature)?;
                 let (pool, name) = split_image(&image)?;
                 let size = size_arg(&size)?;
                 let object_size = match object_size {
                     Some(text) => size_arg(&text)?,
                     None => default_object_size,
                 };
-                let info = Image::create(&cluster, &pool, &name, size, object_size).await?;
+                let info =
+                    Image::create(&cluster, &pool, &name, size, object_size, features).await?;
                 if json {
                     println!("{}", serde_json::to_string(&info)?);
                 } else {
@@ -385,6 +408,12 @@ pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
                         info.size
                     );
                     println!("  object size: {}", format_size(info.object_size));
+                    let features = if info.features.is_empty() {
+                        "none".to_string()
+                    } else {
+                        info.features.join(",")
+                    };
+                    println!("  features:    {features}");
                     println!("  objects:     {}", info.objects());
                 }
             }
@@ -413,6 +442,36 @@ pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
                     println!("{}", serde_json::json!({ "removed": image }));
                 } else {
                     println!("removed {pool}/{name}");
+                }
+            }
+            ImageCmd::Lock {
+                cmd: LockCmd::Ls { image },
+            } => {
+                let (pool, name) = split_image(&image)?;
+                let holder = Image::lock_holder(&cluster, &pool, &name).await?;
+                if json {
+                    println!("{}", serde_json::json!({ "locker": holder }));
+                } else {
+                    match holder {
+                        Some(h) => {
+                            println!("locked by {} ({}), watch {}", h.client, h.desc, h.watch)
+                        }
+                        None => println!("not locked"),
+                    }
+                }
+            }
+            ImageCmd::Lock {
+                cmd: LockCmd::Break { image },
+            } => {
+                let (pool, name) = split_image(&image)?;
+                let holder = Image::break_lock(&cluster, &pool, &name).await?;
+                if json {
+                    println!("{}", serde_json::json!({ "broken": holder }));
+                } else {
+                    println!(
+                        "fenced {} ({}) and removed the lock of {pool}/{name}",
+                        holder.client, holder.desc
+                    );
                 }
             }
             ImageCmd::Status { image } => {

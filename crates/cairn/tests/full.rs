@@ -66,6 +66,8 @@ async fn within<T>(what: &str, limit: Duration, fut: impl std::future::Future<Ou
         .unwrap_or_else(|_| panic!("{what}: no answer in {limit:?} (hang)"))
 }
 
+/// Without the exclusive lock: the library handle and the NBD gateways
+/// write `keep` in turn while all are open.
 fn create_image(cluster: &TestCluster, name: &str, size: u64) {
     cluster.ok(&[
         "image",
@@ -75,6 +77,8 @@ fn create_image(cluster: &TestCluster, name: &str, size: u64) {
         &size.to_string(),
         "--object-size",
         &CHUNK.to_string(),
+        "--image-feature",
+        "none",
     ]);
 }
 

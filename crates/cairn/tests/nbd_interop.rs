@@ -157,7 +157,18 @@ fn qemu_io_round_trip(uri: &str) {
 
 #[test]
 fn qemu_io_patterns_over_unix_socket_and_tcp() {
-    let cluster = cluster_with_image("qemu");
+    // Two gateways write the one image in turn, both up: that needs the
+    // exclusive lock off (with it, the second waits for the first to go).
+    let cluster = TestCluster::up(3);
+    cluster.ok(&[
+        "image",
+        "create",
+        "rbd/qemu",
+        "--size",
+        "256M",
+        "--image-feature",
+        "none",
+    ]);
 
     let unix = Gateway::start(&cluster, "qemu", unix_socket(&cluster, "nbd.sock"), &[]);
     qemu_io_round_trip(&unix.uri);

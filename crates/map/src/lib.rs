@@ -2,8 +2,8 @@
 //! daemon and client shares — OSDs (address, up/down, in/out, up_thru,
 //! lost), the CRUSH hierarchy and rules ([`crush`]: where each OSD sits, its
 //! weight and class), pools (size, min_size, pg_num, CRUSH rule), PG
-//! overrides (`pg_temp`), the PGs' past intervals ([`history`]) and each
-//! OSD's fullness ([`full`]) — and the placement computed from it alone.
+//! overrides (`pg_temp`), the PGs' past intervals ([`history`]), each
+//! OSD's fullness ([`full`]) and the fenced clients ([`blocklist`]) — and the placement computed from it alone.
 //!
 //! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
 //! change. Everyone else holds an immutable copy and computes, for any object,
@@ -15,6 +15,7 @@
 //! memoized per map ([`cache`]), since maps never change once published.
 //! This crate must never do I/O.
 
+pub mod blocklist;
 mod cache;
 pub mod full;
 mod hierarchy;
@@ -22,6 +23,7 @@ pub mod history;
 #[cfg(test)]
 mod timing;
 
+pub use blocklist::{Blocklist, BlocklistEntry};
 pub use cairn_crush as crush;
 pub use full::{FullRatios, FullState, OsdUsage};
 pub use history::{PastInterval, PgHistory};
@@ -217,6 +219,8 @@ pub struct ClusterMap {
     /// Past intervals of every PG that changed interval since it was last
     /// recovered; see [`history`].
     pub pg_history: BTreeMap<PgId, PgHistory>,
+    /// Clients whose ops every OSD refuses ([`blocklist`]).
+    pub blocklist: Blocklist,
     /// The CRUSH hierarchy and rules. Changed only through methods that
     /// also forget `placements`.
     crush: CrushMap,
@@ -245,6 +249,7 @@ impl ClusterMap {
             next_pool_id: 1,
             pg_temp: BTreeMap::new(),
             pg_history: BTreeMap::new(),
+            blocklist: Blocklist::default(),
             crush,
             placements: PlacementCache::default(),
         }

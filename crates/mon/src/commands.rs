@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use cairn_map::{ClusterMap, MapError};
+use cairn_map::blocklist::BLOCKLIST_MAX;
+use cairn_map::{BlocklistEntry, ClusterMap, MapError};
 use cairn_types::PgId;
 use cairn_wire::{MonCommand, PgStat};
 use serde_json::{json, Value};
@@ -104,9 +105,71 @@ impl Monitor {
                     Err(e) => (false, Err(e.to_string())),
                 })?
             }
+            MonCommand::BlocklistAdd {
+                client,
+                expire_s,
+                reason,
+            } => {
+                if expire_s == 0 || expire_s > BLOCKLIST_EXPIRE_MAX_S {
+                    Err(format!(
+                        "blocklist expiry must be from 1 to {BLOCKLIST_EXPIRE_MAX_S} seconds, got {expire_s}"
+                    ))
+                } else {
+                    let now = unix_s();
+                    let entry = BlocklistEntry {
+                        added_s: now,
+                        expires_s: now + expire_s,
+                        reason,
+                    };
+                    let updated = self.update(&mut st, |map| {
+                        if map.blocklist.add(client, entry) {
+                            (true, Ok(()))
+                        } else {
+                            (
+                                false,
+                                Err(format!("the blocklist is full ({BLOCKLIST_MAX} clients)")),
+                            )
+                        }
+                    })?;
+                    updated.map(|()| json!({ "client": client, "epoch": st.map.epoch, "expires_s": now + expire_s }))
+                }
+            }
+            MonCommand::BlocklistRm { client } => {
+                let removed = self.update(&mut st, |map| {
+                    let removed = map.blocklist.remove(client);
+                    (removed, removed)
+                })?;
+                if removed {
+                    Ok(json!({ "client": client, "epoch": st.map.epoch }))
+                } else {
+                    Err(format!("client.{client:016x} is not blocklisted"))
+                }
+            }
+            MonCommand::BlocklistLs => Ok(json!(st
+                .map
+                .blocklist
+                .entries()
+                .map(|(client, e)| json!({
+                    "client": format!("client.{client:016x}"),
+                    "added_s": e.added_s,
+                    "expires_s": e.expires_s,
+                    "reason": e.reason,
+                }))
+                .collect::<Vec<_>>())),
         };
         Ok(value.map(|v| v.to_string()))
     }
+}
+
+/// Longest a client can be blocklisted at once: a week.
+const BLOCKLIST_EXPIRE_MAX_S: u64 = 7 * 24 * 3600;
+
+/// The monitor's wall clock, in seconds since the Unix epoch.
+pub(crate) fn unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// `pool set NAME KEY VALUE`: whether the map changed, or why not.

@@ -473,6 +473,17 @@ impl Monitor {
             interval.tick().await;
             let mut st = self.state.lock();
             self.trim_recovered(&mut st);
+            let now_s = crate::commands::unix_s();
+            if st.map.blocklist.any_expired(now_s) {
+                let expired = self.update(&mut st, |map| {
+                    let n = map.blocklist.expire(now_s);
+                    (n > 0, n)
+                });
+                match expired {
+                    Ok(n) => tracing::info!("{n} blocklist entries expired"),
+                    Err(e) => tracing::error!("cannot expire blocklist entries: {e}"),
+                }
+            }
             let now = Instant::now();
             st.failures.expire(now, self.opts.heartbeat_grace);
             let silent: Vec<OsdId> = st

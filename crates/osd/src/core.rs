@@ -366,6 +366,14 @@ impl OsdCore {
         if let Err(why) = check_op(&op) {
             return refuse(io, op.tid, OpError::Invalid(why));
         }
+        // Fenced: held ops were admitted before, every later one is refused.
+        if self.map.blocklist.contains(op.reqid.client) {
+            tracing::debug!(
+                "op from blocklisted client.{:016x} refused",
+                op.reqid.client
+            );
+            return refuse(io, op.tid, OpError::Blocklisted);
+        }
         match self.map.pool(op.pg.pool) {
             Some(pool) if self.map.object_pg(pool, &op.oid) == op.pg => {}
             // Sent before a split moved the object to another PG.

@@ -173,6 +173,17 @@ pub enum MonCommand {
     OsdTree,
     /// `cairn osd crush ...`.
     OsdCrush(CrushCommand),
+    /// Fence `client` for `expire_s` seconds: every OSD refuses its ops
+    /// from the epoch that adds it. Replies with that epoch.
+    BlocklistAdd {
+        client: u64,
+        expire_s: u64,
+        reason: String,
+    },
+    BlocklistRm {
+        client: u64,
+    },
+    BlocklistLs,
 }
 
 /// Changes to, and listings of, the CRUSH map. Names are bucket names or
@@ -317,6 +328,9 @@ pub enum OpError {
     NotFound,
     #[error("already exists")]
     Exists,
+    /// The client is on the map's blocklist (fenced): nothing was applied.
+    #[error("this client is blocklisted (fenced off the cluster); another client took over")]
+    Blocklisted,
     /// An [`ObjOp::OmapCmp`] guard did not hold; nothing was applied.
     #[error("compare failed: {0}")]
     Mismatch(String),

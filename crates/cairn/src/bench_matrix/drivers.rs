@@ -82,9 +82,16 @@ impl Images {
             let mut images = Vec::new();
             for i in 0..count {
                 let name = image_name(i);
-                Image::create(&cluster, "rbd", &name, size, OBJECT_SIZE)
-                    .await
-                    .with_context(|| format!("cannot create image rbd/{name}"))?;
+                Image::create(
+                    &cluster,
+                    "rbd",
+                    &name,
+                    size,
+                    OBJECT_SIZE,
+                    vec![cairn_client::image::lock::EXCLUSIVE_LOCK.into()],
+                )
+                .await
+                .with_context(|| format!("cannot create image rbd/{name}"))?;
                 images.push(Image::open(&cluster, "rbd", &name).await?);
             }
             if precondition {

@@ -24,6 +24,7 @@ use crate::striper::{map_extents, Extent};
 use crate::{ClientError, Cluster};
 
 mod admin_op;
+pub mod lock;
 pub mod watch;
 
 pub use admin_op::{ImageStatus, ShrinkPolicy};
@@ -44,6 +45,8 @@ pub struct ImageInfo {
     pub id: String,
     pub size: u64,
     pub object_size: u64,
+    /// `exclusive-lock`, or none.
+    pub features: Vec<String>,
 }
 
 impl ImageInfo {
@@ -102,6 +105,13 @@ pub struct Image {
     info: RwLock<ImageInfo>,
     header: String,
     lease: Lease,
+    /// The image has the exclusive-lock feature and this handle has not
+    /// taken the lock yet ([`lock`]).
+    needs_lock: std::sync::atomic::AtomicBool,
+    /// One lock acquisition at a time per handle.
+    locking: tokio::sync::Mutex<()>,
+    /// This handle counts as one of its client's holders of the lock.
+    holds_lock: parking_lot::Mutex<bool>,
 }
 
 impl Image {
@@ -111,6 +121,7 @@ impl Image {
         name: &str,
         size: u64,
         object_size: u64,
+        features: Vec<String>,
     ) -> Result<ImageInfo, ClientError> {
         validate_image_name(name)?;
         validate_size(size)?;
@@ -136,6 +147,10 @@ impl Image {
                         Bytes::copy_from_slice(&object_size.to_le_bytes()),
                     ),
                     ("name".into(), Bytes::copy_from_slice(name.as_bytes())),
+                    (
+                        lock::FEATURES_KEY.into(),
+                        Bytes::from(features.join(",").into_bytes()),
+                    ),
                 ],
             },
         ];
@@ -166,6 +181,7 @@ impl Image {
             id,
             size,
             object_size,
+            features,
         })
     }
 
@@ -226,7 +242,11 @@ impl Image {
         let id = Self::lookup_id(cluster, pool, name)
             .await?
             .ok_or_else(missing)?;
-        let keys = vec!["size".to_string(), "object_size".to_string()];
+        let keys = vec![
+            "size".to_string(),
+            "object_size".to_string(),
+            lock::FEATURES_KEY.to_string(),
+        ];
         let out = match cluster
             .op(pool, &header_oid(&id), vec![ObjOp::OmapGet { keys }])
             .await
@@ -245,12 +265,23 @@ impl Image {
                 "image {pool_name}/{name}: corrupt header"
             )));
         };
+        let features = match out.iter().find(|(k, _)| k == lock::FEATURES_KEY) {
+            None => Vec::new(),
+            Some((_, v)) => {
+                let text = std::str::from_utf8(v).map_err(|_| {
+                    ClientError::Protocol(format!("image {pool_name}/{name}: corrupt features"))
+                })?;
+                lock::parse_features(text)
+                    .map_err(|e| ClientError::Protocol(format!("image {pool_name}/{name}: {e}")))?
+            }
+        };
         Ok(ImageInfo {
             pool: pool_name.into(),
             name: name.into(),
             id,
             size,
             object_size,
+            features,
         })
     }
 
@@ -276,12 +307,16 @@ impl Image {
         };
         // The size may have changed between the first look and the watch.
         let info = Self::info(cluster, pool_name, name).await?;
+        let locked = info.features.iter().any(|f| f == lock::EXCLUSIVE_LOCK);
         let image = Arc::new(Image {
             cluster: cluster.clone(),
             pool,
             info: RwLock::new(info),
             header,
             lease,
+            needs_lock: std::sync::atomic::AtomicBool::new(locked),
+            locking: tokio::sync::Mutex::new(()),
+            holds_lock: parking_lot::Mutex::new(false),
         });
         tokio::spawn(keep_watch(Arc::downgrade(&image), timeout / 3));
         Ok(image)
@@ -293,6 +328,9 @@ impl Image {
             return Ok(());
         }
         self.lease.lose("the image was closed".into());
+        if let Some((client, header)) = self.let_go() {
+            lock::give_back(&self.cluster, self.pool, &header, client).await?;
+        }
         unwatch(&self.cluster, self.pool, &self.header, &self.lease).await
     }
 
@@ -375,25 +413,34 @@ impl Image {
     async fn zero_range(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         self.lease.hold().await.map_err(VolumeError::Io)?;
         check_range(offset, len, self.size())?;
+        self.ensure_lock().await.map_err(|e| self.fail(e))?;
         let extents = map_extents(offset, len, self.object_size());
         try_join_all(extents.into_iter().map(|e| self.zero_extent(e)))
             .await
-            .map_err(volume_error)?;
+            .map_err(|e| self.fail(e))?;
         Ok(())
     }
 }
 
 impl Drop for Image {
     fn drop(&mut self) {
-        if self.lease.is_lost() {
+        let release = self.let_go();
+        if self.lease.is_lost() && release.is_none() {
             return;
         }
-        // Best effort: a watch not dropped here expires after its timeout.
+        // Best effort: a watch not dropped here expires after its timeout,
+        // and a lock left behind is taken over (with fencing) after that.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (cluster, pool, header) = (self.cluster.clone(), self.pool, self.header.clone());
-            let (key, value) = (self.lease.key.clone(), self.lease.value());
+            let watch =
+                (!self.lease.is_lost()).then(|| (self.lease.key.clone(), self.lease.value()));
             rt.spawn(async move {
-                let _ = watch::drop_watch(&cluster, pool, &header, key, value).await;
+                if let Some((client, _)) = release {
+                    let _ = lock::give_back(&cluster, pool, &header, client).await;
+                }
+                if let Some((key, value)) = watch {
+                    let _ = watch::drop_watch(&cluster, pool, &header, key, value).await;
+                }
             });
         }
     }
@@ -462,6 +509,20 @@ async fn remove_objects(
     Ok(())
 }
 
+impl Image {
+    /// A failed op as the volume's error; a fenced client loses the image.
+    fn fail(&self, e: ClientError) -> VolumeError {
+        if matches!(e, ClientError::Op(OpError::Blocklisted)) {
+            self.lease.lose(format!(
+                "{}: this client was fenced (blocklisted): another writer took the image's \
+                 exclusive lock",
+                self.header
+            ));
+        }
+        volume_error(e)
+    }
+}
+
 fn volume_error(e: ClientError) -> VolumeError {
     match e {
         ClientError::Op(OpError::NoSpace) => VolumeError::NoSpace,
@@ -480,11 +541,11 @@ impl Volume for Image {
         check_range(offset, len, self.size())?;
         let extents = map_extents(offset, len, self.object_size());
         if extents.len() == 1 {
-            return self.read_extent(extents[0]).await.map_err(volume_error);
+            return self.read_extent(extents[0]).await.map_err(|e| self.fail(e));
         }
         let parts = try_join_all(extents.into_iter().map(|e| self.read_extent(e)))
             .await
-            .map_err(volume_error)?;
+            .map_err(|e| self.fail(e))?;
         let mut out = BytesMut::with_capacity(len as usize);
         for part in parts {
             out.extend_from_slice(&part);
@@ -495,6 +556,7 @@ impl Volume for Image {
     async fn write(&self, offset: u64, data: Bytes) -> Result<(), VolumeError> {
         self.lease.hold().await.map_err(VolumeError::Io)?;
         check_range(offset, data.len() as u64, self.size())?;
+        self.ensure_lock().await.map_err(|e| self.fail(e))?;
         let extents = map_extents(offset, data.len() as u64, self.object_size());
         try_join_all(extents.into_iter().map(|e| {
             let piece = data.slice(e.buf_offset as usize..(e.buf_offset + e.len) as usize);
@@ -506,7 +568,7 @@ impl Volume for Image {
             async move { self.cluster.op(self.pool, &oid, ops).await }
         }))
         .await
-        .map_err(volume_error)?;
+        .map_err(|e| self.fail(e))?;
         Ok(())
     }
 
