@@ -79,6 +79,27 @@ pub enum OsdCmd {
     /// Change the CRUSH hierarchy and rules.
     #[command(subcommand)]
     Crush(crush_cli::CrushCmd),
+    /// Clients fenced off the cluster (a broken or taken-over image lock).
+    #[command(subcommand)]
+    Blocklist(BlocklistCmd),
+}
+
+#[derive(Subcommand)]
+pub enum BlocklistCmd {
+    /// Every fenced client, why, and when its entry expires.
+    Ls,
+    /// Let a fenced client back in: `client.<16 hex digits>`.
+    Rm { client: String },
+}
+
+/// `client.0123456789abcdef` (or the bare hex) as a client id.
+fn client_arg(text: &str) -> Result<u64> {
+    let hex = text.strip_prefix("client.").unwrap_or(text);
+    u64::from_str_radix(hex, 16).map_err(|_| {
+        anyhow::anyhow!(
+            "invalid client '{text}': expected client.<hex id> as `osd blocklist ls` shows"
+        )
+    })
 }
 
 #[derive(Args)]
@@ -351,6 +372,20 @@ fn osd_fsck(ctx: &Context, args: FsckArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a state-changing OSD command did, for people.
+fn describe(cmd: &MonCommand) -> String {
+    match cmd {
+        MonCommand::OsdOut { id } => format!("marked osd.{id} out"),
+        MonCommand::OsdIn { id } => format!("marked osd.{id} in"),
+        MonCommand::OsdDown { id } => format!("marked osd.{id} down"),
+        MonCommand::OsdLost { id } => format!("marked osd.{id} lost"),
+        MonCommand::BlocklistRm { client } => {
+            format!("removed client.{client:016x} from the blocklist")
+        }
+        _ => String::new(),
+    }
+}
+
 fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
     let mon_cmd = match cmd {
         OsdCmd::Mkfs(args) => return osd_mkfs(ctx, args),
@@ -374,18 +409,22 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         }
         OsdCmd::Tree => return crush_cli::tree(ctx),
         OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
+        OsdCmd::Blocklist(BlocklistCmd::Ls) => MonCommand::BlocklistLs,
+        OsdCmd::Blocklist(BlocklistCmd::Rm { client }) => MonCommand::BlocklistRm {
+            client: client_arg(&client)?,
+        },
     };
-    let is_ls = matches!(mon_cmd, MonCommand::OsdLs);
-    let is_dump = matches!(mon_cmd, MonCommand::OsdDump);
-    let value = admin::mon_command(ctx, mon_cmd)?;
+    let text = describe(&mon_cmd);
+    let value = admin::mon_command(ctx, mon_cmd.clone())?;
     if ctx.json {
         println!("{value}");
-    } else if is_ls {
-        crate::output::print_osds(&value);
-    } else if is_dump {
-        crate::output::print_osd_dump(&value);
-    } else {
-        println!("{value}");
+        return Ok(());
+    }
+    match mon_cmd {
+        MonCommand::OsdLs => crate::output::print_osds(&value),
+        MonCommand::OsdDump => crate::output::print_osd_dump(&value),
+        MonCommand::BlocklistLs => crate::output::print_blocklist(&value),
+        _ => println!("{text}"),
     }
     Ok(())
 }

@@ -292,3 +292,23 @@ pub fn describe_change(v: &Value) -> String {
     }
     v.to_string()
 }
+
+/// `osd blocklist ls`.
+pub fn print_blocklist(v: &Value) {
+    let Some(entries) = v.as_array().filter(|e| !e.is_empty()) else {
+        println!("no client is blocklisted");
+        return;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    for e in entries {
+        let left = e["expires_s"].as_u64().unwrap_or(0).saturating_sub(now);
+        println!(
+            "{}  expires in {left} s  {}",
+            s(&e["client"]),
+            s(&e["reason"])
+        );
+    }
+}

@@ -91,11 +91,25 @@ async fn a_second_writer_waits_for_a_live_holder_and_lock_break_fences_it() {
         .await
         .expect("blocklist ls");
     assert!(list.to_string().contains(&a_name), "{list}");
+    let text = cluster.ok(&["osd", "blocklist", "ls"]);
+    assert!(
+        text.contains(&a_name) && text.contains("broken by an admin"),
+        "{text}"
+    );
 
     // The image holds B's bytes, and nothing of A's late writes.
     let back = within("read", b.read(0, 8 * MIB)).await.expect("read");
     assert_eq!(&back[..MIB as usize], &second[..]);
     assert!(back[4 * MIB as usize..].iter().all(|&x| x == 0));
+
+    // An admin can let the client back in (its handle stays lost).
+    let err = cluster.fails(&["osd", "blocklist", "rm", "client.zz"]);
+    assert!(err.contains("invalid client"), "{err}");
+    cluster.ok(&["osd", "blocklist", "rm", &a_name]);
+    let text = cluster.ok(&["osd", "blocklist", "ls"]);
+    assert!(text.contains("no client is blocklisted"), "{text}");
+    let err = cluster.fails(&["osd", "blocklist", "rm", &a_name]);
+    assert!(err.contains("not blocklisted"), "{err}");
 }
 
 #[test]

@@ -230,10 +230,11 @@ fn at_full_only_ops_that_free_space_run() {
                 value: Bytes::from_static(b"y"),
             }],
         ),
+        // More omap than a watch renewal or an admin record.
         (
             "a",
             vec![ObjOp::OmapSet {
-                entries: vec![("k".into(), Bytes::from_static(b"v"))],
+                entries: vec![("k".into(), Bytes::from(vec![7u8; 5000]))],
             }],
         ),
         (
@@ -273,6 +274,21 @@ fn at_full_only_ops_that_free_space_run() {
         }],
     )
     .expect("omap rm");
+    // Small omap changes (watch renewals, lock and admin records) run,
+    // guarded or not: refusing them would stop reads and removals.
+    h.op(
+        "d",
+        vec![
+            ObjOp::OmapCmp {
+                key: "k".into(),
+                value: None,
+            },
+            ObjOp::OmapSet {
+                entries: vec![("watch.1".into(), Bytes::from(vec![1u8; 300]))],
+            },
+        ],
+    )
+    .expect("small omap set at full");
     assert_eq!(h.read("a"), Err(OpError::NotFound));
     assert_eq!(h.read("b").unwrap(), Bytes::from_static(b"0123"));
     assert_eq!(

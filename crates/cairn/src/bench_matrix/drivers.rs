@@ -88,7 +88,10 @@ impl Images {
                     &name,
                     size,
                     OBJECT_SIZE,
-                    vec![cairn_client::image::lock::EXCLUSIVE_LOCK.into()],
+                    // No exclusive lock: the library handles (kept open)
+                    // and the fio driver's gateways write each image in
+                    // turn, and a gateway's writes would wait for the lock.
+                    Vec::new(),
                 )
                 .await
                 .with_context(|| format!("cannot create image rbd/{name}"))?;
