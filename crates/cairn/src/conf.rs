@@ -106,18 +106,19 @@ pub fn admin_client_options(config: &Config) -> cairn_client::ClientOptions {
 /// Set up logging for a command whose standard output is its result (a
 /// benchmark's report): to standard error, `RUST_LOG` winning over `level`.
 pub fn init_stderr_logging(level: &str) {
+    init_logging(level);
+}
+
+/// Set up logging: to standard error (stdout is for results: `cairn nbd`
+/// prints its URI there), in colour only when that is a terminal (a log
+/// file gets plain text), `RUST_LOG` winning over the configured level.
+pub fn init_logging(level: &str) {
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(log_filter(level))
         .with_target(false)
         .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Set up logging for a daemon: `RUST_LOG` wins over the configured level.
-pub fn init_logging(level: &str) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(log_filter(level))
-        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

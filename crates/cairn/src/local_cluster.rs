@@ -75,9 +75,12 @@ pub enum ClusterCmd {
         pg_num: Option<u32>,
     },
     /// Show the daemons of the local cluster and the cluster status.
+    /// Exits non-zero when a daemon is not running.
     Status {
-        #[arg(long, default_value = "cairn-cluster", env = "CAIRN_DIR")]
-        dir: PathBuf,
+        /// The cluster's directory (default: that of `--conf` or
+        /// `CAIRN_CONF` if it is a local cluster's, else `cairn-cluster`).
+        #[arg(long, env = "CAIRN_DIR")]
+        dir: Option<PathBuf>,
     },
     /// Stop the daemons this cluster started (and remove its host network).
     Down {
@@ -138,7 +141,7 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
                 Duration::from_secs(ctx.timeout.unwrap_or(UP_TIMEOUT_SECS)),
             )
         }
-        ClusterCmd::Status { dir } => status(ctx, &dir),
+        ClusterCmd::Status { dir } => status(ctx, &status_dir(ctx, dir)),
         ClusterCmd::Down { dir } => down(&dir),
         ClusterCmd::Cut { host, network, dir } => set_links(&dir, Some(&host), &network, false),
         ClusterCmd::Heal { host, network, dir } => set_links(&dir, host.as_deref(), &network, true),
@@ -216,6 +219,8 @@ fn up(
     }
     if !dir.join("cairn.toml").exists() {
         fresh.apply(&mut Config::default())?;
+    } else {
+        refuse_fresh_flags(&dir.join("cairn.toml"), fresh, pg_num)?;
     }
     let made_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -246,7 +251,13 @@ fn up(
     state.layout = Some(layout.clone());
     save_state(&dir, &state)?;
     let config = Config::load(&conf_path)?;
-    start_daemons(&dir, &conf_path, &config, &layout, net.as_ref(), &mut state)?;
+    let started = start_daemons(&dir, &conf_path, &config, &layout, net.as_ref(), &mut state)?;
+    if had_state && !ctx.json {
+        match started.is_empty() {
+            true => println!("every daemon was running"),
+            false => println!("started {}", started.join(", ")),
+        }
+    }
     let ctx = Context {
         conf_path: Some(conf_path.clone()),
         mon_override: None,
@@ -335,7 +346,8 @@ fn start_daemons(
     layout: &Layout,
     net: Option<&HostNet>,
     state: &mut State,
-) -> Result<()> {
+) -> Result<Vec<String>> {
+    let mut started = Vec::new();
     let conf_arg = conf_path.display().to_string();
     let running = |state: &State, name: &str| state.daemons.iter().any(|d| d.name == name);
     if !running(state, "mon") {
@@ -349,6 +361,7 @@ fn start_daemons(
         state.daemons.push(spawn_daemon(dir, "mon", &args, None)?);
         // Recorded at once: if a later step fails, `down` still finds it.
         save_state(dir, state)?;
+        started.push("mon".to_string());
     }
     for id in 0..layout.osds {
         let name = format!("osd.{id}");
@@ -379,6 +392,31 @@ fn start_daemons(
             .daemons
             .push(spawn_daemon(dir, &name, &args, namespace.as_deref())?);
         save_state(dir, state)?;
+        started.push(name);
+    }
+    Ok(started)
+}
+
+/// `--store`, `--set` and `--pg-num` shape a new cluster only: on an
+/// existing one, a flag that would change something is refused rather
+/// than ignored.
+fn refuse_fresh_flags(conf_path: &Path, fresh: &Fresh, pg_num: Option<u32>) -> Result<()> {
+    let existing = Config::load(conf_path)?;
+    let mut asked = existing.clone();
+    fresh.apply(&mut asked)?;
+    if asked.to_toml() != existing.to_toml() {
+        bail!(
+            "this cluster exists ({}): --store and --set apply only when it is made; \
+             edit that file and restart the daemons (or `cairn cluster down` and remove the directory)",
+            conf_path.display()
+        );
+    }
+    if let Some(n) = pg_num {
+        bail!(
+            "this cluster exists ({}): --pg-num applies only when it is made; \
+             use `cairn pool set rbd pg_num {n}`",
+            conf_path.display()
+        );
     }
     Ok(())
 }
@@ -437,6 +475,21 @@ fn wait_for(
     }
 }
 
+/// The directory `cluster status` looks at: `--dir`, else the directory
+/// of the configuration in use if a local cluster made it.
+fn status_dir(ctx: &Context, dir: Option<PathBuf>) -> PathBuf {
+    if let Some(dir) = dir {
+        return dir;
+    }
+    let conf = ctx
+        .conf_path
+        .clone()
+        .or_else(|| std::env::var_os("CAIRN_CONF").map(PathBuf::from));
+    conf.and_then(|c| c.parent().map(Path::to_path_buf))
+        .filter(|d| state_path(d).exists())
+        .unwrap_or_else(|| PathBuf::from("cairn-cluster"))
+}
+
 fn status(ctx: &Context, dir: &Path) -> Result<()> {
     if !state_path(dir).exists() {
         bail!(
@@ -459,10 +512,28 @@ fn status(ctx: &Context, dir: &Path) -> Result<()> {
         .collect();
     let hosts = state.net.as_ref().map(network_status);
     let cluster = admin::mon_command(&ctx, MonCommand::Status).ok();
+    let stopped: Vec<&str> = state
+        .daemons
+        .iter()
+        .filter(|d| !is_running(d))
+        .map(|d| d.name.as_str())
+        .collect();
+    let verdict = || -> Result<()> {
+        if stopped.is_empty() {
+            Ok(())
+        } else {
+            bail!(
+                "{} of {} daemons not running: {} (`cairn cluster up` restarts them)",
+                stopped.len(),
+                state.daemons.len(),
+                stopped.join(", ")
+            )
+        }
+    };
     if ctx.json {
         let value = serde_json::json!({ "daemons": daemons, "hosts": hosts, "status": cluster });
         println!("{value}");
-        return Ok(());
+        return verdict();
     }
     println!("{:<8} {:>8}  STATE", "DAEMON", "PID");
     for d in &state.daemons {
@@ -488,7 +559,7 @@ fn status(ctx: &Context, dir: &Path) -> Result<()> {
         Some(status) => crate::output::print_status(&status),
         None => println!("monitor not reachable"),
     }
-    Ok(())
+    verdict()
 }
 
 fn s(v: &serde_json::Value) -> String {

@@ -124,6 +124,7 @@ fn main() -> ExitCode {
     alloc::tune();
     die_quietly_on_a_closed_stdout();
     let cli = Cli::parse();
+    let json = cli.json;
     let ctx = Context {
         conf_path: cli.conf,
         mon_override: cli.mon,
@@ -150,7 +151,11 @@ fn main() -> ExitCode {
             if let Some(first) = text.lines().next() {
                 text = first.to_string();
             }
-            eprintln!("cairn: error: {text}");
+            if json {
+                eprintln!("{}", serde_json::json!({ "error": text }));
+            } else {
+                eprintln!("cairn: error: {text}");
+            }
             ExitCode::FAILURE
         }
     }

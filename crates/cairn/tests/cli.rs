@@ -634,3 +634,94 @@ fn a_reader_that_goes_away_ends_a_command_without_a_panic() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+#[test]
+fn one_output_contract_text_for_people_json_on_request_errors_included() {
+    let cluster = TestCluster::up(3);
+
+    // Errors under --json are JSON on stderr, with the same exit code.
+    let text = cluster.cairn(&["image", "info", "rbd/nosuch"]);
+    let json_err = cluster.cairn(&["--json", "image", "info", "rbd/nosuch"]);
+    assert_eq!(text.status.code(), json_err.status.code());
+    assert_ne!(json_err.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&json_err.stderr);
+    let v: Value = serde_json::from_str(err.trim())
+        .unwrap_or_else(|e| panic!("error under --json is not JSON ({e}): {err}"));
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not exist")),
+        "{v}"
+    );
+
+    // A state change says what it did in text; JSON only when asked.
+    assert_eq!(cluster.ok(&["osd", "out", "2"]).trim(), "marked osd.2 out");
+    let v = json(&cluster, &["osd", "in", "2"]);
+    assert_eq!(v["in"], true, "{v}");
+
+    // Daemon logs in files carry no colour codes.
+    let log = std::fs::read_to_string(cluster.path().join("osd.0.log")).expect("osd.0.log");
+    assert!(
+        !log.is_empty() && !log.contains('\u{1b}'),
+        "ANSI codes in osd.0.log"
+    );
+
+    // `cluster status` finds the cluster from CAIRN_CONF, and exits
+    // non-zero naming a daemon that is not running.
+    let status = |()| {
+        Command::new(CAIRN)
+            .args(["cluster", "status"])
+            .env("CAIRN_CONF", cluster.conf())
+            .env_remove("CAIRN_DIR")
+            .current_dir("/")
+            .output()
+            .expect("cluster status")
+    };
+    let out = status(());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("osd.2"));
+    cluster.kill9("osd.2");
+    let out = status(());
+    let err = one_line_failure(&out, "cluster status with osd.2 killed");
+    assert!(err.contains("not running: osd.2"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stopped"));
+
+    // `cluster up` on the existing cluster refuses flags it cannot apply,
+    // and says what it restarted.
+    let dir = cluster.path().display().to_string();
+    for (flags, words) in [
+        (&["--set", "osd.heartbeat_interval_ms=999"][..], "--set"),
+        (&["--pg-num", "64"], "pool set rbd pg_num 64"),
+    ] {
+        let mut args = vec!["cluster", "up", "--osds", "3", "--dir", &dir];
+        args.extend_from_slice(flags);
+        let out = run_with_deadline(&args, Duration::from_secs(60));
+        let err = one_line_failure(
+            &out,
+            &format!("cluster up {flags:?} on an existing cluster"),
+        );
+        assert!(err.contains(words), "{err}");
+    }
+    let args = [
+        "cluster",
+        "up",
+        "--osds",
+        "3",
+        "--dir",
+        &dir,
+        "--timeout",
+        "90",
+    ];
+    let out = run_with_deadline(&args, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("started osd.2"), "{text}");
+}

@@ -37,12 +37,14 @@ pub enum ConfigError {
         section: String,
     },
     /// An option no section has, e.g. `osd.heartbeat_intervl_ms`.
-    #[error("{origin}: unknown option '{key}'")]
+    #[error("{origin}: unknown option '{key}'{}", suggestion.as_ref().map(|s| format!("; did you mean '{s}'?")).unwrap_or_default())]
     UnknownOption {
         /// Where the text came from.
         origin: String,
         /// The full option name, e.g. `osd.heartbeat_intervl_ms`.
         key: String,
+        /// The nearest known option, if one is close (a typo).
+        suggestion: Option<String>,
     },
     /// A key at the top level of the file, before any section header.
     #[error(

@@ -484,9 +484,52 @@ fn set_field<S: Section>(
         FieldError::Unknown => ConfigError::UnknownOption {
             origin: origin.to_string(),
             key: full.to_string(),
+            suggestion: nearest_option(S::NAME, key).map(|name| match full.rsplit_once('.') {
+                Some((prefix, _)) => format!("{prefix}.{name}"),
+                None => name.to_string(),
+            }),
         },
         FieldError::Invalid(reason) => invalid(origin, full, reason),
     })
+}
+
+/// The option of `section` nearest to `key` if it looks like a typo of it
+/// (an edit distance of at most a third of its length, and at most 4).
+fn nearest_option(section: &str, key: &str) -> Option<&'static str> {
+    options::options()
+        .into_iter()
+        .filter(|o| o.section == section)
+        .map(|o| (edit_distance(key, o.name), o.name))
+        .filter(|(d, name)| *d <= (name.len() / 3).clamp(1, 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
+}
+
+/// Edit distance between two short names: insertions, deletions,
+/// substitutions and swaps of neighbours each count one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 fn check_section<S: Section>(section: &S, origin: &str) -> Result<(), ConfigError> {

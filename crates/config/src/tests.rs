@@ -111,8 +111,11 @@ fn osd_overrides_merge_over_osd_section() {
 fn unknown_keys_and_sections_are_rejected_by_name() {
     assert_eq!(
         err("[osd]\nheartbeat_intervl_ms = 5\n"),
-        "cairn.toml: unknown option 'osd.heartbeat_intervl_ms'"
+        "cairn.toml: unknown option 'osd.heartbeat_intervl_ms'; \
+         did you mean 'osd.heartbeat_interval_ms'?"
     );
+    assert!(err("[osd.3]\nstoer = \"memstore\"\n").contains("did you mean 'osd.3.store'?"));
+    assert!(!err("[osd]\nzzzzzz = 1\n").contains("did you mean"));
     assert_eq!(
         err("[osdd]\nstore = \"memstore\"\n"),
         "cairn.toml: unknown section '[osdd]'"
@@ -327,7 +330,8 @@ fn set_paths() {
     );
     assert_eq!(
         set_err("osd.heartbeat_intervl_ms", "5"),
-        "override: unknown option 'osd.heartbeat_intervl_ms'"
+        "override: unknown option 'osd.heartbeat_intervl_ms'; \
+         did you mean 'osd.heartbeat_interval_ms'?"
     );
     assert!(set_err("osd.3.stor", "memstore").contains("unknown option 'osd.3.stor'"));
     assert!(set_err("osd.3.store", "disk").contains("'osd.3.store'"));
