@@ -65,7 +65,7 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
                     .map(|o| {
                         serde_json::json!({
                             "section": o.section, "name": o.name, "type": o.kind,
-                            "default": o.default, "doc": o.doc,
+                            "default": o.default_value(), "doc": o.doc,
                         })
                     })
                     .collect();
@@ -77,7 +77,11 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
         ConfigCmd::Check => {
             let path = find(ctx).context("no configuration file found (use --conf PATH)")?;
             load_file(&path)?;
-            println!("{}: ok", path.display());
+            if ctx.json {
+                println!("{}", serde_json::json!({ "path": path, "ok": true }));
+            } else {
+                println!("{}: ok", path.display());
+            }
         }
     }
     Ok(())

@@ -43,7 +43,7 @@ pub fn print_osds(v: &Value) {
         "ID", "ADDRESS", "UP", "IN", "WEIGHT", "CLASS", "USE%", "FULL"
     );
     for osd in v.as_array().into_iter().flatten() {
-        let weight = osd["weight"].as_u64().unwrap_or(0) as f64 / 65536.0;
+        let weight = osd["crush_weight"].as_f64().unwrap_or(0.0);
         let used = match (osd["used_bytes"].as_u64(), osd["total_bytes"].as_u64()) {
             (Some(used), Some(total)) if total > 0 => {
                 format!("{:.1}", used as f64 * 100.0 / total as f64)

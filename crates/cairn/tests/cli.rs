@@ -274,7 +274,10 @@ fn json_output_parses_with_the_expected_fields() {
             addr.parse::<std::net::SocketAddr>().is_ok(),
             "osd addr {addr:?}"
         );
-        assert!(osd["weight"].as_u64().is_some_and(|w| w > 0), "{osd}");
+        assert!(
+            osd["crush_weight"].as_f64().is_some_and(|w| w > 0.0),
+            "{osd}"
+        );
         assert_eq!(osd["full"], "none", "{osd}");
     }
     assert!(status["full"]["ratios"]["full"].is_f64(), "{status}");
@@ -345,6 +348,19 @@ fn config_defaults_is_valid_toml_with_every_section() {
     let out = run_with_deadline(&["--json", "config", "defaults"], Duration::from_secs(60));
     let value: Value = serde_json::from_slice(&out.stdout).expect("defaults JSON");
     assert!(value.as_array().is_some_and(|a| !a.is_empty()));
+    // Defaults are values: numbers as numbers, strings unquoted.
+    let find = |section: &str, name: &str| {
+        value
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["section"] == section && o["name"] == name)
+            .unwrap_or_else(|| panic!("no {section}.{name}"))["default"]
+            .clone()
+    };
+    assert!(find("osd", "heartbeat_interval_ms").is_u64());
+    assert_eq!(find("osd", "store"), Value::from("bluestore"));
+    assert_eq!(find("client", "watch_timeout_ms"), Value::from(30_000));
 }
 
 fn write_conf(dir: &Path, body: &str) -> String {
@@ -653,6 +669,10 @@ fn one_output_contract_text_for_people_json_on_request_errors_included() {
             .is_some_and(|e| e.contains("does not exist")),
         "{v}"
     );
+
+    let v = json(&cluster, &["config", "check"]);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(cluster.ok(&["config", "check"]).trim().ends_with(": ok"));
 
     // A state change says what it did in text; JSON only when asked.
     assert_eq!(cluster.ok(&["osd", "out", "2"]).trim(), "marked osd.2 out");

@@ -85,7 +85,10 @@ fn tree_and_crush_commands_on_one_machine() {
         assert_eq!(osd["depth"], 2, "{osd}");
         assert_eq!(osd["status"], "up");
         assert_eq!(osd["in"], true);
-        assert!(osd["weight"].as_u64().is_some_and(|w| w > 0), "{osd}");
+        assert!(
+            osd["crush_weight"].as_f64().is_some_and(|w| w > 0.0),
+            "{osd}"
+        );
         assert!(
             ["hdd", "ssd", "nvme"].contains(&osd["class"].as_str().unwrap_or("")),
             "{osd}"

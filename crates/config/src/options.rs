@@ -34,6 +34,15 @@ impl OptionDoc {
     pub fn key(&self) -> String {
         format!("{}.{}", self.section, self.name)
     }
+
+    /// The default as a value (a number is a number, a string unquoted).
+    pub fn default_value(&self) -> toml::Value {
+        let text = format!("v = {}", self.default);
+        toml::from_str::<toml::Table>(&text)
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or(toml::Value::String(self.default.clone()))
+    }
 }
 
 /// Every option of every section, in file order.

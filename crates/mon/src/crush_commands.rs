@@ -199,8 +199,8 @@ pub(crate) fn pool_json(map: &ClusterMap, pool: &cairn_map::Pool) -> Value {
     v
 }
 
-/// `osd ls`: every OSD with its CRUSH weight (0 outside the hierarchy)
-/// and class.
+/// `osd ls`: every OSD with its CRUSH weight in TiB (`crush_weight`, 0
+/// outside the hierarchy; as `osd tree` shows it) and class.
 pub(crate) fn osd_list(map: &ClusterMap) -> Value {
     let crush = map.crush();
     let osds: Vec<Value> = map
@@ -209,7 +209,7 @@ pub(crate) fn osd_list(map: &ClusterMap) -> Value {
         .map(|info| {
             let mut v = json!(info);
             let device = crush.device(info.id);
-            v["weight"] = json!(device.map_or(0, |d| d.weight));
+            v["crush_weight"] = json!(tib(u64::from(device.map_or(0, |d| d.weight))));
             v["class"] = json!(device.map(|d| crush.class_name(d.class)));
             v
         })

@@ -153,7 +153,7 @@ fn the_tree_and_the_edits() {
         assert_eq!(acting, [1, 3], "{pg}");
     }
     let osds = run(&mon, MonCommand::OsdLs).unwrap();
-    assert_eq!(osds[0]["weight"], 0x28000);
+    assert_eq!(osds[0]["crush_weight"], 2.5);
     assert_eq!(osds[1]["class"], "nvme");
 }
 
