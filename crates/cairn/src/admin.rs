@@ -31,14 +31,23 @@ pub enum PoolCmd {
         #[arg(long)]
         rule: Option<String>,
     },
-    /// Change a pool setting: `pg_num N` splits every PG of the pool
-    /// online (a power of two, larger than now).
+    /// Change a pool setting: `size N` (copies; new ones are backfilled),
+    /// `min_size N`, `pg_num N` (splits every PG online: a power of two,
+    /// larger than now), `name NEW` (as `pool rename`).
     Set {
         name: String,
-        /// The setting: pg_num.
+        /// The setting: size, min_size, pg_num or name.
         key: String,
         value: String,
     },
+    /// Show a pool's settings, or one of them.
+    Get {
+        name: String,
+        /// size, min_size, pg_num, rule, id (default: all).
+        key: Option<String>,
+    },
+    /// Rename a pool (its data stays where it is).
+    Rename { name: String, new_name: String },
     /// List pools.
     Ls,
     /// Remove a pool and everything in it (needs --yes-i-really-mean-it).
@@ -294,6 +303,15 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
         }
         PoolCmd::Ls => (MonCommand::PoolLs, true),
         PoolCmd::Set { name, key, value } => (MonCommand::PoolSet { name, key, value }, false),
+        PoolCmd::Rename { name, new_name } => (
+            MonCommand::PoolSet {
+                name,
+                key: "name".into(),
+                value: new_name,
+            },
+            false,
+        ),
+        PoolCmd::Get { name, key } => return pool_get(ctx, &name, key.as_deref()),
         PoolCmd::Rm {
             name,
             yes_i_really_mean_it,
@@ -313,6 +331,41 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
         output::print_pools(&value);
     } else {
         println!("{}", output::describe_change(&value));
+    }
+    Ok(())
+}
+
+/// `pool get NAME [KEY]`, from the pool list.
+fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
+    const KEYS: &[&str] = &["id", "size", "min_size", "pg_num", "crush_rule"];
+    let pools = mon_command(ctx, MonCommand::PoolLs)?;
+    let pool = pools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name)
+        .ok_or_else(|| anyhow::anyhow!("pool '{name}' does not exist"))?;
+    let keys: Vec<&str> = match key {
+        None => KEYS.to_vec(),
+        Some("rule") => vec!["crush_rule"],
+        Some(k) if KEYS.contains(&k) => vec![k],
+        Some(k) => {
+            anyhow::bail!("unknown pool setting '{k}' (readable: size, min_size, pg_num, rule, id)")
+        }
+    };
+    if ctx.json {
+        let v: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|k| (k.to_string(), pool[*k].clone()))
+            .collect();
+        println!("{}", Value::Object(v));
+    } else {
+        for k in keys {
+            let shown = pool[k]
+                .as_str()
+                .map_or_else(|| pool[k].to_string(), String::from);
+            println!("{k}: {shown}");
+        }
     }
     Ok(())
 }

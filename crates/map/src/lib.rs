@@ -20,6 +20,7 @@ mod cache;
 pub mod full;
 mod hierarchy;
 pub mod history;
+mod pool_edit;
 #[cfg(test)]
 mod timing;
 

@@ -89,7 +89,8 @@ impl Monitor {
             MonCommand::PoolSet { name, key, value } => {
                 self.update(&mut st, |map| match pool_set(map, &name, &key, &value) {
                     Ok(changed) => {
-                        let pool = map.pool_by_name(&name).map(|p| {
+                        let now = if key == "name" { &value } else { &name };
+                        let pool = map.pool_by_name(now).map(|p| {
                             let mut v = crate::crush_commands::pool_json(map, p);
                             v["set"] = json!(key);
                             v
@@ -172,6 +173,12 @@ pub(crate) fn unix_s() -> u64 {
         .unwrap_or(0)
 }
 
+fn number(key: &str, value: &str) -> Result<u32, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{key} must be a number, not '{value}'"))
+}
+
 /// `pool set NAME KEY VALUE`: whether the map changed, or why not.
 fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<bool, String> {
     match key {
@@ -181,7 +188,16 @@ fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<
                 .map_err(|_| format!("pg_num must be a number, not '{value}'"))?;
             map.set_pg_num(name, pg_num).map_err(|e| e.to_string())
         }
-        other => Err(format!("unknown pool setting '{other}' (settable: pg_num)")),
+        "size" => map
+            .set_pool_size(name, number(key, value)?)
+            .map_err(|e| e.to_string()),
+        "min_size" => map
+            .set_pool_min_size(name, number(key, value)?)
+            .map_err(|e| e.to_string()),
+        "name" => map.rename_pool(name, value).map_err(|e| e.to_string()),
+        other => Err(format!(
+            "unknown pool setting '{other}' (settable: size, min_size, pg_num, name)"
+        )),
     }
 }
 
