@@ -152,7 +152,7 @@ fn every_mistake_is_one_line_and_changes_nothing() {
         ),
         (
             &["pool", "set", "rbd", "colour", "blue"],
-            &["colour", "settable: pg_num"],
+            &["colour", "settable: size, min_size, pg_num"],
         ),
         (
             &["pool", "set", "nopool", "pg_num", "32"],

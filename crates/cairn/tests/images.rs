@@ -354,3 +354,47 @@ async fn omap_guards_apply_a_request_whole_or_not_at_all() {
         "{r:?}"
     );
 }
+
+#[test]
+fn nbd_io_that_cannot_be_served_within_the_op_timeout_fails_with_eio() {
+    let cluster =
+        TestCluster::up_with(3, &["--pg-num", "16", "--set", "client.op_timeout_ms=2000"]);
+    cluster.ok(&["image", "create", "rbd/slow", "--size", "16M"]);
+    let socket = Listen::Unix(cluster.path().join("slow.sock"));
+    let mut gateway = Gateway::start(&cluster, "slow", socket, &[]);
+    qemu_io(&gateway.uri, &["write -P 0x31 0 64k"]);
+
+    // Every OSD stopped: the write cannot be served, and fails in bounded time.
+    let osds: Vec<u32> = (0..3).map(|i| cluster.pid(&format!("osd.{i}"))).collect();
+    let signal = |sig: &str| {
+        for pid in &osds {
+            let ok = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status()
+                .expect("kill");
+            assert!(ok.success());
+        }
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let out = QEMU_IO.run(&[
+        "-f",
+        "raw",
+        gateway.uri.as_str(),
+        "-c",
+        "write -P 0x32 0 64k",
+    ]);
+    let took = started.elapsed();
+    signal("-CONT");
+    let text = both(&out);
+    assert!(
+        text.contains("Input/output error"),
+        "qemu-io with the OSDs stopped: {text}"
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+
+    // The gateway keeps serving once the OSDs are back; the failed write
+    // may or may not have landed, the next one does.
+    gateway.assert_running();
+    qemu_io(&gateway.uri, &["write -P 0x33 0 64k", "read -P 0x33 0 64k"]);
+}
