@@ -23,17 +23,17 @@ async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: no answer in {WAIT:?} (hang)"))
 }
 
-/// Three OSDs; clients' watches lapse after 2 s.
-fn cluster() -> TestCluster {
-    TestCluster::up_with(
-        3,
-        &["--pg-num", "16", "--set", "client.watch_timeout_ms=2000"],
-    )
+/// Three OSDs; clients' watches lapse after `ms`.
+fn cluster(ms: u32) -> TestCluster {
+    let watch = format!("client.watch_timeout_ms={ms}");
+    TestCluster::up_with(3, &["--pg-num", "16", "--set", &watch])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_waits_for_a_live_holder_and_lock_break_fences_it() {
-    let cluster = cluster();
+    // A long lapse: A's watch must stay live through B's wait, even on a
+    // loaded machine.
+    let cluster = cluster(20_000);
     cluster.ok(&["image", "create", "rbd/x", "--size", "8M"]);
     let info = cluster.ok(&["image", "info", "rbd/x"]);
     assert!(info.contains("features:    exclusive-lock"), "{info}");
@@ -114,7 +114,7 @@ async fn a_second_writer_waits_for_a_live_holder_and_lock_break_fences_it() {
 
 #[test]
 fn a_killed_writer_is_fenced_before_another_gateway_takes_its_lock() {
-    let cluster = cluster();
+    let cluster = cluster(2000);
     cluster.ok(&["image", "create", "rbd/g", "--size", "16M"]);
     let socket = Listen::Unix(cluster.path().join("g1.sock"));
     let mut first = Gateway::start(&cluster, "g", socket, &[]);

@@ -22,7 +22,7 @@
 //! out can still be in flight when it is evicted: fencing those needs the
 //! OSDs to refuse them (exclusive lock with blocklisting, not built yet).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -198,6 +198,8 @@ pub(crate) struct Lease {
     valid_until_ms: AtomicU64,
     /// Why the handle can never do I/O again.
     lost: Mutex<Option<String>>,
+    /// `lost` is set (read on every I/O without the lock).
+    is_lost: AtomicBool,
     changed: Notify,
 }
 
@@ -224,6 +226,7 @@ impl Lease {
             base: Instant::now(),
             valid_until_ms: AtomicU64::new(0),
             lost: Mutex::new(None),
+            is_lost: AtomicBool::new(false),
             changed: Notify::new(),
         };
         let (sent, entry) = lease.entry(cluster);
@@ -303,15 +306,21 @@ impl Lease {
 
     pub fn lose(&self, why: String) {
         *self.lost.lock() = Some(why);
+        self.is_lost.store(true, Ordering::Release);
         self.changed.notify_waiters();
     }
 
     pub fn is_lost(&self) -> bool {
-        self.lost.lock().is_some()
+        self.is_lost.load(Ordering::Acquire)
     }
 
     /// Wait until I/O may be issued: the lease holds. Fails once it is lost.
+    /// The common case costs two atomic loads and a clock read.
     pub async fn hold(&self) -> Result<(), String> {
+        let now = self.base.elapsed().as_millis() as u64;
+        if !self.is_lost() && now < self.valid_until_ms.load(Ordering::Acquire) {
+            return Ok(());
+        }
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
