@@ -42,19 +42,6 @@ fn header_of(cluster: &TestCluster, image: &str) -> String {
     format!("rbd_header.{}", info["id"].as_str().expect("id"))
 }
 
-fn qemu_io(uri: &str, commands: &[&str]) -> String {
-    let mut args = vec!["-f", "raw", uri];
-    for command in commands {
-        args.extend_from_slice(&["-c", command]);
-    }
-    let text = QEMU_IO.ok(&args);
-    assert!(
-        !text.contains("Pattern verification failed") && !text.contains("failed:"),
-        "qemu-io {commands:?} on {uri} reported a failure:\n{text}"
-    );
-    text
-}
-
 #[test]
 fn an_exported_image_cannot_be_removed_or_shrunk_until_the_export_stops() {
     // The default 30 s watch timeout: the export's watch is live throughout.

@@ -35,20 +35,6 @@ fn unix_socket(cluster: &TestCluster, file: &str) -> Listen {
     Listen::Unix(cluster.path().join(file))
 }
 
-/// Runs qemu-io on `uri` with `commands`; all must succeed and every pattern check pass.
-fn qemu_io(uri: &str, commands: &[&str]) -> String {
-    let mut args = vec!["-f", "raw", uri];
-    for command in commands {
-        args.extend_from_slice(&["-c", command]);
-    }
-    let text = QEMU_IO.ok(&args);
-    assert!(
-        !text.contains("Pattern verification failed") && !text.contains("failed:"),
-        "qemu-io {commands:?} on {uri} reported a failure:\n{text}"
-    );
-    text
-}
-
 // ---------------------------------------------------------------------------------------
 // 1. nbdinfo
 // ---------------------------------------------------------------------------------------

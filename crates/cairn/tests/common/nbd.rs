@@ -310,6 +310,20 @@ impl Tool {
     }
 }
 
+/// Runs qemu-io on `uri` with `commands`; all must succeed and every pattern check pass.
+pub fn qemu_io(uri: &str, commands: &[&str]) -> String {
+    let mut args = vec!["-f", "raw", uri];
+    for command in commands {
+        args.extend_from_slice(&["-c", command]);
+    }
+    let text = QEMU_IO.ok(&args);
+    assert!(
+        !text.contains("Pattern verification failed") && !text.contains("failed:"),
+        "qemu-io {commands:?} on {uri} reported a failure:\n{text}"
+    );
+    text
+}
+
 pub fn both(output: &Output) -> String {
     format!(
         "{}{}",
