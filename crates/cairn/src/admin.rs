@@ -197,7 +197,7 @@ pub fn size_arg(text: &str) -> Result<u64> {
 
 /// Run `f` against a freshly connected cluster on a small runtime.
 pub fn with_cluster<T>(ctx: &Context, f: impl AsyncFnOnce(Arc<Cluster>) -> Result<T>) -> Result<T> {
-    let config = conf::load(ctx)?;
+    let config = conf::load_client(ctx)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -406,7 +406,7 @@ pub fn pgid_arg(text: &str) -> Result<cairn_types::PgId> {
 
 pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
     let json = ctx.json;
-    let default_object_size = conf::load(ctx)?.client.image_default_object_size;
+    let default_object_size = conf::load_client(ctx)?.client.image_default_object_size;
     cairn_client::image::watch::set_process_role(format!("cairn image {}", cmd.verb()));
     with_cluster(ctx, async move |cluster| {
         match cmd {

@@ -93,7 +93,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<()> {
         size: args.size.as_deref().map(admin::size_arg).transpose()?,
         seed: None,
     };
-    let config = conf::load(ctx)?;
+    let config = conf::load_client(ctx)?;
     let rt = crate::daemons::runtime(args.threads)?;
     let json = ctx.json;
     let lat_bins = args.lat_bins;

@@ -33,10 +33,33 @@ pub fn find(ctx: &Context) -> Option<PathBuf> {
 
 /// Load the configuration (defaults if there is none) and apply `--mon`.
 pub fn load(ctx: &Context) -> Result<Config> {
-    let mut config = match find(ctx) {
+    let config = match find(ctx) {
         Some(path) => load_file(&path)?,
         None => Config::default(),
     };
+    apply_flags(ctx, config)
+}
+
+/// Load the configuration for a client or admin command: a mistake in a
+/// daemon's section is a warning on stderr (the daemon itself refuses to
+/// start on it), not a reason to refuse `cairn status`.
+pub fn load_client(ctx: &Context) -> Result<Config> {
+    let config = match find(ctx) {
+        Some(path) if path.exists() => {
+            let (config, warnings) = Config::load_for_client(&path)?;
+            for w in warnings {
+                eprintln!("cairn: warning: {w} (not used by this command; daemons refuse it)");
+            }
+            config
+        }
+        Some(path) => load_file(&path)?,
+        None => Config::default(),
+    };
+    apply_flags(ctx, config)
+}
+
+/// Apply `--mon` and `--timeout`.
+fn apply_flags(ctx: &Context, mut config: Config) -> Result<Config> {
     if let Some(mon) = &ctx.mon_override {
         config.set("global.mon_addr", mon).context("--mon")?;
     }

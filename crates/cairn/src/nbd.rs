@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: NbdArgs) -> Result<()> {
     if args.socket.is_none() && args.listen.is_none() {
         bail!("give --socket PATH or --listen ADDR:PORT");
     }
-    let config = conf::load(ctx)?;
+    let config = conf::load_client(ctx)?;
     conf::init_logging(&config.global.log_level);
     let rt = crate::daemons::runtime(args.threads)?;
     rt.block_on(async move {

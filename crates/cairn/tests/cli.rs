@@ -744,4 +744,28 @@ fn one_output_contract_text_for_people_json_on_request_errors_included() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("started osd.2"), "{text}");
+
+    // A typo in a daemon's section does not stop a client command (a
+    // warning names it); `config check` and the daemon still refuse it.
+    let copy = cluster.path().join("typo.toml");
+    let mut body = std::fs::read_to_string(cluster.conf()).expect("conf");
+    body.push_str("\n[osd.7]\nheartbeat_intervl_ms = 5\n");
+    std::fs::write(&copy, body).expect("write");
+    let copy = copy.display().to_string();
+    let out = run_with_deadline(&["--conf", &copy, "status"], Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "status with a typo under [osd.7]: {err}"
+    );
+    assert!(
+        err.contains("warning") && err.contains("did you mean 'osd.7.heartbeat_interval_ms'"),
+        "{err}"
+    );
+    let out = run_with_deadline(
+        &["--conf", &copy, "config", "check"],
+        Duration::from_secs(30),
+    );
+    let err = one_line_failure(&out, "config check with a typo");
+    assert!(err.contains("osd.7.heartbeat_intervl_ms"), "{err}");
 }

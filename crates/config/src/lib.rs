@@ -95,30 +95,83 @@ impl Config {
             })?;
         let mut config = Config::default();
         for (name, value) in &table {
-            let Value::Table(section) = value else {
-                return Err(if is_section(name) {
-                    invalid(
-                        origin,
-                        name,
-                        format!("expected a section, got {}", describe(value)),
-                    )
-                } else {
-                    ConfigError::OutsideSection {
-                        origin: origin.to_string(),
-                        key: name.clone(),
-                    }
-                });
-            };
-            match name.as_str() {
-                "global" => load_section(&mut config.global, section, origin)?,
-                "mon" => load_section(&mut config.mon, section, origin)?,
-                "client" => load_section(&mut config.client, section, origin)?,
-                "osd" => config.load_osd_section(section, origin)?,
-                _ => return Err(unknown_section(origin, name)),
-            }
+            config.apply_section(name, value, origin)?;
         }
         config.validate_from(origin)?;
         Ok(config)
+    }
+
+    /// Like [`Config::load`], for a client or admin command: `[global]` and
+    /// `[client]` must be valid, but an error in a daemon's section (or an
+    /// unknown section) does not stop the command. That section is left at
+    /// its defaults and the error comes back as a warning to show.
+    pub fn load_for_client(path: &Path) -> Result<(Config, Vec<ConfigError>), ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                origin: origin.clone(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
+        let mut config = Config::default();
+        let mut warnings = Vec::new();
+        for (name, value) in &table {
+            if matches!(name.as_str(), "global" | "client") {
+                config.apply_section(name, value, &origin)?;
+                continue;
+            }
+            let mut trial = config.clone();
+            match trial.apply_section(name, value, &origin) {
+                Ok(()) => config = trial,
+                Err(e) => warnings.push(e),
+            }
+        }
+        if let Err(e) = config.validate_from(&origin) {
+            // A daemon section's values that do not fit together: the
+            // client does not use them.
+            check_section(&config.global, &origin)?;
+            check_section(&config.client, &origin)?;
+            warnings.push(e);
+            config.mon = MonConfig::default();
+            config.osd = OsdConfig::default();
+            config.osd_overrides.clear();
+            config.validate_from(&origin)?;
+        }
+        Ok((config, warnings))
+    }
+
+    /// Apply one top-level entry of the file: a section.
+    fn apply_section(
+        &mut self,
+        name: &str,
+        value: &Value,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
+        let Value::Table(section) = value else {
+            return Err(if is_section(name) {
+                invalid(
+                    origin,
+                    name,
+                    format!("expected a section, got {}", describe(value)),
+                )
+            } else {
+                ConfigError::OutsideSection {
+                    origin: origin.to_string(),
+                    key: name.to_string(),
+                }
+            });
+        };
+        match name {
+            "global" => load_section(&mut self.global, section, origin),
+            "mon" => load_section(&mut self.mon, section, origin),
+            "client" => load_section(&mut self.client, section, origin),
+            "osd" => self.load_osd_section(section, origin),
+            _ => Err(unknown_section(origin, name)),
+        }
     }
 
     /// Loads `[osd]`: its options, and its `N` subtables as `[osd.N]`.

@@ -625,3 +625,37 @@ fn full_ratios_are_in_range_and_ordered() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_client_reads_its_sections_and_only_warns_about_a_daemons() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("cairn.toml");
+    let load = |body: &str| {
+        std::fs::write(&path, body).expect("write");
+        Config::load_for_client(&path)
+    };
+    // A typo under [osd]: the client goes on, with a warning naming it.
+    let (c, warnings) = load(
+        "[global]\nmon_addr = \"10.0.0.1:6789\"\n[osd]\nheartbeat_intervl_ms = 5\n\
+         [client]\nop_timeout_ms = 7\n",
+    )
+    .expect("client config");
+    assert_eq!(c.global.mon_addr, "10.0.0.1:6789");
+    assert_eq!(c.client.op_timeout_ms, 7);
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].to_string().contains("osd.heartbeat_intervl_ms"));
+    // Daemon values that do not fit together: defaults, and a warning.
+    let (c, warnings) =
+        load("[mon]\nosd_nearfull_ratio = 0.99\nosd_full_ratio = 0.5\n").expect("ok");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(
+        c.mon.osd_full_ratio.get(),
+        Config::default().mon.osd_full_ratio.get()
+    );
+    // A mistake in [client] or [global] still stops it.
+    assert!(load("[client]\nop_timout_ms = 7\n").is_err());
+    assert!(load("[global]\nmon_addr = 5\n").is_err());
+    // The strict load refuses the first file outright.
+    std::fs::write(&path, "[osd]\nheartbeat_intervl_ms = 5\n").expect("write");
+    assert!(Config::load(&path).is_err());
+}
