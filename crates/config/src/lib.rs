@@ -74,11 +74,7 @@ impl Config {
     /// Reads and validates the configuration file at `path`. Options missing
     /// from the file keep their defaults. Errors name the file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse_from(&text, &path.display().to_string())
+        Self::parse_from(&read(path)?, &path.display().to_string())
     }
 
     /// Parses and validates configuration text (errors say `cairn.toml`).
@@ -87,12 +83,7 @@ impl Config {
     }
 
     fn parse_from(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let table: Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                origin: origin.to_string(),
-                message: e.to_string().trim_end().to_string(),
-            })?;
+        let table = parse_table(text, origin)?;
         let mut config = Config::default();
         for (name, value) in &table {
             config.apply_section(name, value, origin)?;
@@ -107,16 +98,7 @@ impl Config {
     /// its defaults and the error comes back as a warning to show.
     pub fn load_for_client(path: &Path) -> Result<(Config, Vec<ConfigError>), ConfigError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let table: Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                origin: origin.clone(),
-                message: e.to_string().trim_end().to_string(),
-            })?;
+        let table = parse_table(&read(path)?, &origin)?;
         let mut config = Config::default();
         let mut warnings = Vec::new();
         for (name, value) in &table {
@@ -544,6 +526,21 @@ fn set_field<S: Section>(
         },
         FieldError::Invalid(reason) => invalid(origin, full, reason),
     })
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn parse_table(text: &str, origin: &str) -> Result<Table, ConfigError> {
+    text.parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })
 }
 
 /// The option of `section` nearest to `key` if it looks like a typo of it
