@@ -56,20 +56,42 @@ pub struct LockEntry {
     pub acquired_ms: u64,
 }
 
-/// Locks held by this process, per (client, header): handles of one
-/// client share the lock, and the last to close gives it back.
-static HELD: StdMutex<Option<HashMap<(u64, String), usize>>> = StdMutex::new(None);
+/// Locks held by this process, per (client, header): how many handles
+/// share it, and the entry this process wrote (what giving it back must
+/// match, so a late give-back never removes a newer entry).
+static HELD: StdMutex<Option<Held>> = StdMutex::new(None);
 
-fn held_count(key: &(u64, String), delta: isize) -> usize {
+/// (client, header) → (handles sharing the lock, the entry written).
+type Held = HashMap<(u64, String), (usize, Bytes)>;
+
+fn with_held<T>(f: impl FnOnce(&mut Held) -> T) -> T {
     let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    let map = held.get_or_insert_with(HashMap::new);
-    let n = map.entry(key.clone()).or_insert(0);
-    *n = n.saturating_add_signed(delta);
-    let now = *n;
-    if now == 0 {
-        map.remove(key);
-    }
-    now
+    f(held.get_or_insert_with(HashMap::new))
+}
+
+/// Join this client's hold on the lock, if it has one.
+fn join(key: &(u64, String)) -> bool {
+    with_held(|m| match m.get_mut(key) {
+        Some((n, _)) => {
+            *n += 1;
+            true
+        }
+        None => false,
+    })
+}
+
+/// Leave it; the entry to remove if this was the last handle.
+fn leave(key: &(u64, String)) -> Option<Bytes> {
+    with_held(|m| {
+        let (n, raw) = m.get_mut(key)?;
+        *n = n.saturating_sub(1);
+        if *n > 0 {
+            return None;
+        }
+        let raw = raw.clone();
+        m.remove(key);
+        Some(raw)
+    })
 }
 
 /// Parse a feature list (`exclusive-lock`, `none`), as `image create
@@ -93,19 +115,14 @@ pub fn parse_features(text: &str) -> Result<Vec<String>, ClientError> {
     Ok(out)
 }
 
-/// Remove the lock if `client` still holds it.
+/// Remove the lock if it is still the entry `mine` this process wrote.
 pub(super) async fn give_back(
     cluster: &Cluster,
     pool: PoolId,
     header: &str,
-    client: u64,
+    mine: Bytes,
 ) -> Result<(), ClientError> {
-    let Some((holder, raw)) = read_lock(cluster, pool, header).await? else {
-        return Ok(());
-    };
-    if holder.client_id == client {
-        swap(cluster, pool, header, Some(raw), None).await?;
-    }
+    swap(cluster, pool, header, Some(mine), None).await?;
     Ok(())
 }
 
@@ -212,8 +229,7 @@ impl Image {
         }
         let me = self.cluster.client_id();
         let key = (me, self.header.clone());
-        if held_count(&key, 0) > 0 {
-            held_count(&key, 1);
+        if join(&key) {
             self.needs_lock
                 .store(false, std::sync::atomic::Ordering::Release);
             *self.holds_lock.lock() = true;
@@ -271,7 +287,7 @@ impl Image {
                 }
             };
             if taken {
-                held_count(&key, 1);
+                with_held(|m| m.insert(key.clone(), (1, mine.clone())));
                 *self.holds_lock.lock() = true;
                 self.needs_lock
                     .store(false, std::sync::atomic::Ordering::Release);
@@ -281,14 +297,13 @@ impl Image {
         }
     }
 
-    /// Stop holding the lock; `Some` if this was the client's last handle
-    /// holding it, and [`give_back`] must remove it.
-    pub(super) fn let_go(&self) -> Option<(u64, String)> {
+    /// Stop holding the lock; `Some(entry)` if this was the client's last
+    /// handle holding it, and [`give_back`] must remove that entry.
+    pub(super) fn let_go(&self) -> Option<Bytes> {
         if !std::mem::take(&mut *self.holds_lock.lock()) {
             return None;
         }
-        let key = (self.cluster.client_id(), self.header.clone());
-        (held_count(&key, -1) == 0).then_some(key)
+        leave(&(self.cluster.client_id(), self.header.clone()))
     }
 
     /// The lock's holder, if any.

@@ -328,8 +328,8 @@ impl Image {
             return Ok(());
         }
         self.lease.lose("the image was closed".into());
-        if let Some((client, header)) = self.let_go() {
-            lock::give_back(&self.cluster, self.pool, &header, client).await?;
+        if let Some(mine) = self.let_go() {
+            lock::give_back(&self.cluster, self.pool, &self.header, mine).await?;
         }
         unwatch(&self.cluster, self.pool, &self.header, &self.lease).await
     }
@@ -435,8 +435,8 @@ impl Drop for Image {
             let watch =
                 (!self.lease.is_lost()).then(|| (self.lease.key.clone(), self.lease.value()));
             rt.spawn(async move {
-                if let Some((client, _)) = release {
-                    let _ = lock::give_back(&cluster, pool, &header, client).await;
+                if let Some(mine) = release {
+                    let _ = lock::give_back(&cluster, pool, &header, mine).await;
                 }
                 if let Some((key, value)) = watch {
                     let _ = watch::drop_watch(&cluster, pool, &header, key, value).await;
