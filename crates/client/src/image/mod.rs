@@ -306,7 +306,15 @@ impl Image {
             Err(e) => return Err(e),
         };
         // The size may have changed between the first look and the watch.
-        let info = Self::info(cluster, pool_name, name).await?;
+        let info = match Self::info(cluster, pool_name, name).await {
+            Ok(info) => info,
+            Err(e) => {
+                // No handle will renew it: drop the watch rather than leave
+                // it to block `image rm` until it lapses.
+                let _ = unwatch(cluster, pool, &header, &lease).await;
+                return Err(e);
+            }
+        };
         let locked = info.features.iter().any(|f| f == lock::EXCLUSIVE_LOCK);
         let image = Arc::new(Image {
             cluster: cluster.clone(),
