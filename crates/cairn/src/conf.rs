@@ -14,6 +14,24 @@ pub enum ConfigCmd {
     Defaults,
     /// Validate a configuration file (the one found by --conf or the default search).
     Check,
+    /// Store an option in the monitor's database: running daemons of WHO
+    /// apply it at once, and at every start, over their cairn.toml. WHO:
+    /// global, mon, osd, osd.N or client. Only runtime options (see
+    /// `config defaults`).
+    Set {
+        who: String,
+        key: String,
+        value: String,
+    },
+    /// The database's entries that apply to WHO (or KEY's).
+    Get { who: String, key: Option<String> },
+    /// Remove an entry: its daemons go back to their cairn.toml.
+    Rm { who: String, key: String },
+    /// Every entry of the database.
+    Dump,
+    /// The options a running daemon (osd.N or mon) uses, where each came
+    /// from, and whether it can change without a restart.
+    Show { who: String, key: Option<String> },
 }
 
 /// Where the configuration is: `--conf`, `$CAIRN_CONF`, `./cairn.toml`,
@@ -58,6 +76,14 @@ pub fn load_client(ctx: &Context) -> Result<Config> {
     apply_flags(ctx, config)
 }
 
+/// Options this process's command line set (`--timeout`): they win over
+/// the configuration database.
+static FLAG_OVERRIDES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+fn flag_overrides() -> Vec<(String, String)> {
+    FLAG_OVERRIDES.lock().map(|f| f.clone()).unwrap_or_default()
+}
+
 /// Apply `--mon` and `--timeout`.
 fn apply_flags(ctx: &Context, mut config: Config) -> Result<Config> {
     if let Some(mon) = &ctx.mon_override {
@@ -68,6 +94,9 @@ fn apply_flags(ctx: &Context, mut config: Config) -> Result<Config> {
         config
             .set("client.command_timeout_ms", &ms)
             .context("--timeout")?;
+        if let Ok(mut flags) = FLAG_OVERRIDES.lock() {
+            flags.push(("client.command_timeout_ms".to_string(), ms));
+        }
     }
     Ok(config)
 }
@@ -88,7 +117,7 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
                     .map(|o| {
                         serde_json::json!({
                             "section": o.section, "name": o.name, "type": o.kind,
-                            "default": o.default_value(), "doc": o.doc,
+                            "default": o.default_value(), "runtime": o.runtime, "doc": o.doc,
                         })
                     })
                     .collect();
@@ -97,6 +126,11 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
                 print!("{}", cairn_config::render_defaults());
             }
         }
+        ConfigCmd::Set { who, key, value } => return crate::config_cli::set(ctx, who, key, value),
+        ConfigCmd::Get { who, key } => return crate::config_cli::get(ctx, who, key),
+        ConfigCmd::Rm { who, key } => return crate::config_cli::rm(ctx, who, key),
+        ConfigCmd::Dump => return crate::config_cli::dump(ctx),
+        ConfigCmd::Show { who, key } => return crate::config_cli::show(ctx, who, key),
         ConfigCmd::Check => {
             let path = find(ctx).context("no configuration file found (use --conf PATH)")?;
             load_file(&path)?;
@@ -110,24 +144,16 @@ pub fn run(ctx: &Context, cmd: ConfigCmd) -> Result<()> {
     Ok(())
 }
 
-/// The client options from a configuration.
+/// The client options from a configuration; they follow the cluster's
+/// configuration database, with this command line's flags winning.
 pub fn client_options(config: &Config) -> cairn_client::ClientOptions {
-    let ms = |v: u64| (v > 0).then(|| std::time::Duration::from_millis(v));
-    cairn_client::ClientOptions {
-        mon_addr: config.global.mon_addr.clone(),
-        op_timeout: ms(config.client.op_timeout_ms),
-        op_complaint_time: ms(config.client.op_complaint_time_ms),
-        watch_timeout: std::time::Duration::from_millis(config.client.watch_timeout_ms),
-        command_timeout: std::time::Duration::from_millis(config.client.command_timeout_ms),
-    }
+    crate::runtime_config::following_client_options(config, flag_overrides(), false)
 }
 
 /// The client options of an admin command: its object ops, too, give up
 /// after `client.command_timeout_ms` unless `client.op_timeout_ms` is set.
 pub fn admin_client_options(config: &Config) -> cairn_client::ClientOptions {
-    let mut opts = client_options(config);
-    opts.op_timeout.get_or_insert(opts.command_timeout);
-    opts
+    crate::runtime_config::following_client_options(config, flag_overrides(), true)
 }
 
 /// Set up logging for a command whose standard output is its result (a
@@ -136,20 +162,7 @@ pub fn init_stderr_logging(level: &str) {
     init_logging(level);
 }
 
-/// Set up logging: to standard error (stdout is for results: `cairn nbd`
-/// prints its URI there), in colour only when that is a terminal (a log
-/// file gets plain text), `RUST_LOG` winning over the configured level.
+/// Set up logging (see [`crate::runtime_config::init_logging`]).
 pub fn init_logging(level: &str) {
-    use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(log_filter(level))
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
-}
-
-fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
-    tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level))
+    crate::runtime_config::init_logging(level);
 }

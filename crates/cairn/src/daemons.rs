@@ -12,7 +12,7 @@ use cairn_store::ObjectStore;
 use cairn_wire::MonCommand;
 use clap::{Args, Subcommand};
 
-use crate::{admin, conf, crush_cli, device_info, osd_store, Context};
+use crate::{admin, conf, crush_cli, device_info, osd_store, runtime_config, Context};
 
 #[derive(Args)]
 pub struct MonArgs {
@@ -186,34 +186,14 @@ fn load_with_overrides(ctx: &Context, set: &[String]) -> Result<Config> {
 
 pub fn run_mon(ctx: &Context, args: MonArgs) -> Result<()> {
     let config = load_with_overrides(ctx, &args.set)?;
-    conf::init_logging(&config.global.log_level);
-    let m = &config.mon;
-    let opts = cairn_mon::MonOptions {
-        heartbeat_grace: Duration::from_millis(m.osd_heartbeat_grace_ms),
-        min_down_reporters: m.osd_min_down_reporters,
-        reporter_subtree_level: m.osd_reporter_subtree_level.clone(),
-        down_on_disconnect: m.osd_down_on_disconnect,
-        down_out_interval: (m.osd_down_out_interval_s > 0)
-            .then(|| Duration::from_secs(m.osd_down_out_interval_s)),
-        pg_temp_batch: Duration::from_millis(m.pg_temp_batch_ms),
-        pool_default_pg_num: m.pool_default_pg_num,
-        pool_default_size: m.pool_default_size,
-        pool_default_min_size: m.pool_default_min_size,
-        crush_bucket_types: m
-            .crush_bucket_types
-            .split_whitespace()
-            .map(str::to_string)
-            .collect(),
-        crush_chooseleaf_type: m.osd_crush_chooseleaf_type.clone(),
-        full_ratios: cairn_map::FullRatios::new(
-            m.osd_nearfull_ratio.get(),
-            m.osd_backfillfull_ratio.get(),
-            m.osd_full_ratio.get(),
-        )?,
-    };
+    runtime_config::init_logging(&config.global.log_level);
+    let opts = runtime_config::mon_options(&config.mon)?;
     let rt = runtime(1)?;
     rt.block_on(async {
         let mon = cairn_mon::Monitor::open(&args.dir, opts)?;
+        mon.install_config(Arc::new(runtime_config::MonSchema {
+            file: config.clone(),
+        }));
         let listener = cairn_mon::Monitor::bind(&config.global.mon_addr).await?;
         tracing::info!("monitor listening on {}", config.global.mon_addr);
         tokio::select! {
@@ -244,7 +224,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             .context("--crush-location")?;
     }
     let osd_conf = config.osd_for(id);
-    conf::init_logging(&config.global.log_level);
+    runtime_config::init_logging(&config.global.log_level);
     let store: Arc<dyn ObjectStore> = osd_store::open(&dir, &osd_conf)?;
     let crush = device_info::report(&dir, &osd_conf)?;
     let opts = cairn_osd::OsdOptions {
@@ -260,21 +240,7 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
             bytes: osd_conf.client_message_size_cap,
             ops: osd_conf.client_ops_max as usize,
         },
-        core: cairn_osd::CoreOptions {
-            pg_log_max_entries: osd_conf.pg_log_max_entries as usize,
-            recovery_max_active: osd_conf.recovery_max_active as usize,
-            recovery_sleep: Duration::from_millis(osd_conf.recovery_sleep_ms),
-            recovery_sleep_busy: Duration::from_millis(osd_conf.recovery_sleep_busy_ms),
-            recovery_sleep_busy_max: Duration::from_millis(osd_conf.recovery_sleep_busy_max_ms),
-            recovery_slowdown_pct: osd_conf.recovery_slowdown_pct,
-            max_backfills: osd_conf.max_backfills as usize,
-            peering_retry: Duration::from_millis(osd_conf.peering_retry_ms),
-            scrub_interval: Duration::from_secs(osd_conf.scrub_interval_s),
-            deep_scrub_interval: Duration::from_secs(osd_conf.deep_scrub_interval_s),
-            max_scrubs: osd_conf.max_scrubs as usize,
-            op_complaint_time: Duration::from_millis(osd_conf.op_complaint_time_ms),
-            planted_bug: None,
-        },
+        core: runtime_config::core_options(&osd_conf),
     };
     let addrs = osd_conf
         .addrs()
@@ -290,6 +256,11 @@ pub fn osd(ctx: &Context, args: OsdArgs) -> Result<()> {
         }
         let (osd, listeners) =
             cairn_osd::Osd::bind(opts, store, addrs.public, addrs.cluster).await?;
+        osd.install_config(Arc::new(runtime_config::OsdSchema {
+            id,
+            file: config.clone(),
+            overrides: std::sync::Mutex::new(Vec::new()),
+        }));
         let (public, cluster) = osd.addrs();
         tracing::info!("osd.{id} listening on {public} (public) and {cluster} (cluster)");
         tokio::select! {

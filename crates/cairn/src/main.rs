@@ -9,6 +9,7 @@ mod bench_cpu;
 mod bench_matrix;
 mod bench_store;
 mod conf;
+mod config_cli;
 mod crush_cli;
 mod daemons;
 mod device_info;
@@ -17,6 +18,7 @@ mod nbd;
 mod osd_store;
 mod output;
 mod pg_cli;
+mod runtime_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,9 +82,18 @@ enum Command {
     /// Images (virtual disks): create, list, info, resize, remove.
     #[command(subcommand)]
     Image(admin::ImageCmd),
-    /// Configuration: list every option with its default and meaning.
+    /// Configuration: every option with its default and meaning, and
+    /// options changed while the cluster runs (set, get, show).
     #[command(subcommand)]
     Config(conf::ConfigCmd),
+    /// Send a command to one running daemon: `cairn tell osd.N config set
+    /// KEY VALUE` (until it stops), `... config show [KEY]`.
+    Tell {
+        /// The daemon: osd.N.
+        who: String,
+        #[command(subcommand)]
+        cmd: config_cli::TellCmd,
+    },
 }
 
 /// What every command gets: where the cluster is and how to print.
@@ -143,6 +154,7 @@ fn main() -> ExitCode {
         Command::Pg(cmd) => admin::pg(&ctx, cmd),
         Command::Image(cmd) => admin::image(&ctx, cmd),
         Command::Config(cmd) => conf::run(&ctx, cmd),
+        Command::Tell { who, cmd } => config_cli::tell(&ctx, who, cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

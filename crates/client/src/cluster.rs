@@ -29,10 +29,25 @@ pub struct ClientOptions {
     /// How long connecting (to the first map) and a monitor command may
     /// take, including waiting for a lost monitor session to come back.
     pub command_timeout: Duration,
+    /// Recomputes these options when the map's configuration database
+    /// changes (`cairn config set client ...`); `None`: never.
+    pub reconfigure: Option<Reconfigure>,
+}
+
+/// The options a client runs with for a configuration database: given by
+/// whoever knows the option schema (the `cairn` binary).
+#[derive(Clone)]
+pub struct Reconfigure(pub Arc<dyn Fn(&cairn_map::ConfigDb) -> ClientOptions + Send + Sync>);
+
+impl std::fmt::Debug for Reconfigure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reconfigure")
+    }
 }
 
 pub struct Cluster {
-    opts: ClientOptions,
+    /// The running options (changed by the configuration database).
+    opts: parking_lot::RwLock<ClientOptions>,
     client_id: u64,
     next_tid: AtomicU64,
     map_rx: watch::Receiver<Arc<ClusterMap>>,
@@ -50,9 +65,18 @@ impl Cluster {
         let client_id = rand::random::<u64>() | 1;
         let (mon, conn, first) =
             MonSession::open(&opts.mon_addr, client_id, opts.command_timeout).await?;
-        let (map_tx, map_rx) = watch::channel(Arc::new(first));
+        let first = Arc::new(first);
+        let (map_tx, map_rx) = watch::channel(first.clone());
+        let reconfigure = opts.reconfigure.clone();
+        let opts = match &reconfigure {
+            Some(r) => ClientOptions {
+                mon_addr: opts.mon_addr.clone(),
+                ..(r.0)(&first.config)
+            },
+            None => opts,
+        };
         let cluster = Arc::new(Self {
-            opts,
+            opts: parking_lot::RwLock::new(opts),
             client_id,
             next_tid: AtomicU64::new(1),
             map_rx,
@@ -61,6 +85,9 @@ impl Cluster {
             connecting: Mutex::new(HashMap::new()),
         });
         tokio::spawn(mon.run(Arc::downgrade(&cluster), conn, map_tx));
+        if let Some(r) = reconfigure {
+            tokio::spawn(follow_config(Arc::downgrade(&cluster), r));
+        }
         Ok(cluster)
     }
 
@@ -72,8 +99,9 @@ impl Cluster {
         self.map_rx.borrow().clone()
     }
 
-    pub fn options(&self) -> &ClientOptions {
-        &self.opts
+    /// The options the client runs with now.
+    pub fn options(&self) -> ClientOptions {
+        self.opts.read().clone()
     }
 
     /// Wait until the map is at least `epoch`.
@@ -91,10 +119,8 @@ impl Cluster {
     /// Run an admin command on the monitor; the reply is JSON.
     pub async fn mon_command(&self, cmd: MonCommand) -> Result<serde_json::Value, ClientError> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
-        let text = self
-            .mon
-            .command(tid, cmd, self.opts.command_timeout)
-            .await?;
+        let timeout = self.opts.read().command_timeout;
+        let text = self.mon.command(tid, cmd, timeout).await?;
         serde_json::from_str(&text).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
@@ -140,7 +166,8 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
     ) -> Result<Vec<OpOutput>, ClientError> {
-        match self.opts.op_timeout {
+        let op_timeout = self.opts.read().op_timeout;
+        match op_timeout {
             None => self.op_inner(pool, oid, ops).await,
             Some(limit) => match tokio::time::timeout(limit, self.op_inner(pool, oid, ops)).await {
                 Ok(done) => done,
@@ -180,7 +207,8 @@ impl Cluster {
             tid: self.next_tid.fetch_add(1, Ordering::Relaxed),
         };
         let mut map_rx = self.map_rx.clone();
-        let mut trail = Trail::new(oid, self.opts.op_complaint_time);
+        let complaint = self.opts.read().op_complaint_time;
+        let mut trail = Trail::new(oid, complaint);
         loop {
             let map = map_rx.borrow_and_update().clone();
             let pool = map
@@ -449,5 +477,30 @@ mod tests {
             trail.note(Attempt::Retry { epoch: 14 });
         }
         assert_eq!(trail.len(), MAX_TRAIL);
+    }
+}
+
+/// Apply the configuration database of every new map that changes it,
+/// for as long as the client lives.
+async fn follow_config(cluster: std::sync::Weak<Cluster>, reconfigure: Reconfigure) {
+    let Some(mut rx) = cluster.upgrade().map(|c| c.map_rx.clone()) else {
+        return;
+    };
+    let mut applied = rx.borrow_and_update().config.clone();
+    while rx.changed().await.is_ok() {
+        let db = rx.borrow_and_update().config.clone();
+        if db == applied {
+            continue;
+        }
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        let mut opts = cluster.opts.write();
+        *opts = ClientOptions {
+            mon_addr: opts.mon_addr.clone(),
+            ..(reconfigure.0)(&db)
+        };
+        tracing::info!("client options changed by the configuration database: {opts:?}");
+        applied = db;
     }
 }

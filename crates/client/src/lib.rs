@@ -17,6 +17,6 @@ mod mon_session;
 mod osd_conn;
 pub mod striper;
 
-pub use cluster::{ClientOptions, Cluster};
+pub use cluster::{ClientOptions, Cluster, Reconfigure};
 pub use error::ClientError;
 pub use image::{Image, ImageInfo};

@@ -67,6 +67,29 @@ pub enum ConfigError {
         /// What was expected and what was found.
         reason: String,
     },
+    /// `cairn config set` of an option read only at start.
+    #[error(
+        "{origin}: '{key}' is read only when a daemon starts; set it in cairn.toml \
+         and restart the daemons that use it"
+    )]
+    NeedsRestart {
+        /// Where the change came from.
+        origin: String,
+        /// The full option name.
+        key: String,
+    },
+    /// `cairn config set WHO KEY` where WHO does not read KEY.
+    #[error("{origin}: '{key}' is not read by {who}{}", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    NotReadBy {
+        /// Where the change came from.
+        origin: String,
+        /// The full option name.
+        key: String,
+        /// The daemon or daemon type named.
+        who: String,
+        /// Which daemons read it instead.
+        hint: Option<String>,
+    },
     /// A malformed option name given to [`Config::set`](crate::Config::set).
     #[error("{origin}: invalid option name '{name}': {reason}")]
     InvalidName {
@@ -87,7 +110,9 @@ impl ConfigError {
             ConfigError::UnknownSection { section, .. } => Some(section),
             ConfigError::UnknownOption { key, .. }
             | ConfigError::OutsideSection { key, .. }
-            | ConfigError::InvalidValue { key, .. } => Some(key),
+            | ConfigError::InvalidValue { key, .. }
+            | ConfigError::NeedsRestart { key, .. }
+            | ConfigError::NotReadBy { key, .. } => Some(key),
             ConfigError::InvalidName { name, .. } => Some(name),
         }
     }

@@ -14,6 +14,7 @@
 //! Every option is declared once (in `options.rs`) with its type, default,
 //! validation and doc; [`options`] and [`render_defaults`] derive from that.
 
+pub mod central;
 mod crush;
 mod error;
 mod options;
@@ -187,6 +188,30 @@ impl Config {
             }
         }
         osd
+    }
+
+    /// The configuration as OSD `id` sees it: `osd` is [`Config::osd_for`]
+    /// and no `[osd.N]` sections remain, so a later `set("osd.K", ..)`
+    /// changes that OSD's value.
+    pub fn for_osd(&self, id: u32) -> Config {
+        Config {
+            osd: self.osd_for(id),
+            osd_overrides: BTreeMap::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The value of `section.option` (`[osd]` for `osd.` keys), or `None`
+    /// for an unknown name.
+    pub fn value(&self, key: &str) -> Option<Value> {
+        let (section, name) = key.split_once('.')?;
+        match section {
+            "global" => self.global.get(name),
+            "mon" => self.mon.get(name),
+            "osd" => self.osd.get(name),
+            "client" => self.client.get(name),
+            _ => None,
+        }
     }
 
     /// The ids of the OSDs that have an `[osd.N]` section.
@@ -445,7 +470,15 @@ pub fn render_defaults() -> String {
         for line in wrap(opt.doc, 76) {
             out.push_str(&format!("# {line}\n"));
         }
-        out.push_str(&format!("# Type: {}.\n", opt.kind));
+        out.push_str(&format!(
+            "# Type: {}. {}\n",
+            opt.kind,
+            if opt.runtime {
+                "Changes at runtime (cairn config set)."
+            } else {
+                "Read at start."
+            }
+        ));
         out.push_str(&format!("{} = {}\n", opt.name, opt.default));
     }
     out
@@ -545,7 +578,7 @@ fn parse_table(text: &str, origin: &str) -> Result<Table, ConfigError> {
 
 /// The option of `section` nearest to `key` if it looks like a typo of it
 /// (an edit distance of at most a third of its length, and at most 4).
-fn nearest_option(section: &str, key: &str) -> Option<&'static str> {
+pub(crate) fn nearest_option(section: &str, key: &str) -> Option<&'static str> {
     options::options()
         .into_iter()
         .filter(|o| o.section == section)

@@ -25,6 +25,9 @@ pub struct OptionDoc {
     pub kind: &'static str,
     /// The default, written as a TOML value (strings are quoted).
     pub default: String,
+    /// Whether running daemons apply a change at once (`cairn config
+    /// set`, `cairn tell`); otherwise it is read only at start.
+    pub runtime: bool,
     /// What the option does.
     pub doc: &'static str,
 }
@@ -230,12 +233,14 @@ pub(crate) trait Section: Default + Clone {
 }
 
 macro_rules! section {
+    (@runtime) => { false };
+    (@runtime runtime) => { true };
     (
         $(#[$meta:meta])*
         pub struct $name:ident in $section:literal {
             $(
                 $(#[doc = $doc:literal])+
-                $field:ident: $ty:ty = $default:expr, check $check:expr;
+                $field:ident: $ty:ty = $default:expr, check $check:expr $(, $when:ident)?;
             )+
         }
     ) => {
@@ -263,6 +268,7 @@ macro_rules! section {
                     name: stringify!($field),
                     kind: <$ty as OptValue>::KIND,
                     default: OptValue::to_toml(&defaults.$field).to_string(),
+                    runtime: section!(@runtime $($when)?),
                     doc: concat!($($doc),+).trim(),
                 }),+]
             }
@@ -312,7 +318,7 @@ section! {
         /// (`ip:port`).
         mon_addr: String = "127.0.0.1:6789".to_string(), check socket_addr;
         /// Log level for daemons: one of error, warn, info, debug, trace.
-        log_level: String = "info".to_string(), check log_level;
+        log_level: String = "info".to_string(), check log_level, runtime;
     }
 }
 
@@ -321,33 +327,33 @@ section! {
     pub struct MonConfig in "mon" {
         /// An OSD with no heartbeat for this long (milliseconds) is marked
         /// down. Must exceed `osd.heartbeat_interval_ms`.
-        osd_heartbeat_grace_ms: u64 = 6000, check at_least_one;
+        osd_heartbeat_grace_ms: u64 = 6000, check at_least_one, runtime;
         /// An OSD is marked down when OSDs in at least this many distinct
         /// `osd_reporter_subtree_level` buckets report that it has not
         /// answered their heartbeats on the cluster network for
         /// `osd_heartbeat_grace_ms` (at least 1). OSDs also report after
         /// that grace.
-        osd_min_down_reporters: u32 = 2, check at_least_one;
+        osd_min_down_reporters: u32 = 2, check at_least_one, runtime;
         /// Failure reports count once per bucket of this CRUSH type (`osd`
         /// or a bucket type), so one host cut off from the others cannot
         /// have them marked down.
-        osd_reporter_subtree_level: String = "host".to_string(), check crush_name;
+        osd_reporter_subtree_level: String = "host".to_string(), check crush_name, runtime;
         /// Mark an OSD down at once when its monitor session closes.
-        osd_down_on_disconnect: bool = true, check any;
+        osd_down_on_disconnect: bool = true, check any, runtime;
         /// A down OSD is marked out after this many seconds (0 = never).
-        osd_down_out_interval_s: u64 = 600, check any;
+        osd_down_out_interval_s: u64 = 600, check any, runtime;
         /// pg_temp requests arriving within this many milliseconds of the
         /// first are published together in one map epoch (0 = one epoch
         /// per request). A returning OSD makes many primaries ask at once;
         /// each epoch makes every OSD and client re-check every PG.
-        pg_temp_batch_ms: u64 = 20, check any;
+        pg_temp_batch_ms: u64 = 20, check any, runtime;
         /// Number of PGs of a new pool when none is given (1 to 65536).
-        pool_default_pg_num: u32 = 32, check pg_num;
+        pool_default_pg_num: u32 = 32, check pg_num, runtime;
         /// Replicas per object of a new pool when none is given (at least 1).
-        pool_default_size: u32 = 3, check at_least_one;
+        pool_default_size: u32 = 3, check at_least_one, runtime;
         /// Replicas that must be up for a new pool's PGs to accept writes
         /// (1 to `pool_default_size`).
-        pool_default_min_size: u32 = 2, check at_least_one;
+        pool_default_min_size: u32 = 2, check at_least_one, runtime;
         /// CRUSH bucket types of a new cluster, lowest first, separated by
         /// spaces; `osd` (the devices) comes below them. Must include
         /// `host` and `root`. Read when the monitor creates the cluster.
@@ -361,15 +367,15 @@ section! {
         /// An OSD whose store is at least this full (used / total bytes,
         /// from its heartbeats) is `nearfull`: a health warning. Above 0,
         /// at most `osd_backfillfull_ratio`.
-        osd_nearfull_ratio: Ratio = Ratio(0.85), check positive_ratio;
+        osd_nearfull_ratio: Ratio = Ratio(0.85), check positive_ratio, runtime;
         /// An OSD at least this full is `backfillfull`: it takes no
         /// backfill (PGs moving to it wait as `backfill_toofull`). At
         /// most `osd_full_ratio`.
-        osd_backfillfull_ratio: Ratio = Ratio(0.90), check positive_ratio;
+        osd_backfillfull_ratio: Ratio = Ratio(0.90), check positive_ratio, runtime;
         /// An OSD at least this full is `full`: writes to its PGs fail at
         /// once with a no-space error (NBD ENOSPC) while reads, removes
         /// and discards still work; health is HEALTH_ERR. At most 1.
-        osd_full_ratio: Ratio = Ratio(0.95), check positive_ratio;
+        osd_full_ratio: Ratio = Ratio(0.95), check positive_ratio, runtime;
     }
 }
 
@@ -404,47 +410,47 @@ section! {
         /// writes than this catches up by log recovery (only the objects
         /// those writes touched); one away longer is backfilled (the whole
         /// PG compared and copied). Fewer entries cost less per write.
-        pg_log_max_entries: u32 = 3000, check at_least_one;
+        pg_log_max_entries: u32 = 3000, check at_least_one, runtime;
         /// Objects in log recovery at once on this OSD (at least 1; Ceph's
         /// `osd_recovery_max_active`).
-        recovery_max_active: u32 = 3, check at_least_one;
+        recovery_max_active: u32 = 3, check at_least_one, runtime;
         /// Pause, in milliseconds, between starting recovery operations
         /// (Ceph's `osd_recovery_sleep`), to leave the disk to clients.
-        recovery_sleep_ms: u64 = 0, check any;
+        recovery_sleep_ms: u64 = 0, check any, runtime;
         /// While clients are being served, recovery yields to them: one
         /// operation (an object, a backfill step) at a time, started at
         /// most every this many milliseconds.
-        recovery_sleep_busy_ms: u64 = 20, check any;
+        recovery_sleep_busy_ms: u64 = 20, check any, runtime;
         /// ... and the pause grows up to this many milliseconds while the
         /// p99 of client writes is above `recovery_slowdown_pct` percent of
         /// their p99 without recovery (it doubles per second that it is,
         /// and shrinks by an eighth per second that it is not). Not above
         /// `recovery_sleep_busy_ms`: the pause stays fixed.
-        recovery_sleep_busy_max_ms: u64 = 1000, check any;
+        recovery_sleep_busy_max_ms: u64 = 1000, check any, runtime;
         /// Client writes' p99 allowed during recovery, in percent of their
         /// p99 without it (at least 100).
-        recovery_slowdown_pct: u32 = 200, check at_least_100;
+        recovery_slowdown_pct: u32 = 200, check at_least_100, runtime;
         /// PGs backfilling at once with this OSD as primary, and as many
         /// with it as target (at least 1; Ceph's `osd_max_backfills`).
-        max_backfills: u32 = 1, check at_least_one;
+        max_backfills: u32 = 1, check at_least_one, runtime;
         /// Unanswered peering requests are sent again after this many
         /// milliseconds (at least 1).
-        peering_retry_ms: u64 = 2000, check at_least_one;
+        peering_retry_ms: u64 = 2000, check at_least_one, runtime;
         /// A PG is scrubbed (metadata compared across its copies) this many
         /// seconds after its last scrub (0: only on request; Ceph's
         /// `osd_scrub_min_interval`).
-        scrub_interval_s: u64 = 86400, check any;
+        scrub_interval_s: u64 = 86400, check any, runtime;
         /// A PG is deep-scrubbed (every byte read and compared) this many
         /// seconds after its last deep scrub (0: only on request; Ceph's
         /// `osd_deep_scrub_interval`).
-        deep_scrub_interval_s: u64 = 604800, check any;
+        deep_scrub_interval_s: u64 = 604800, check any, runtime;
         /// PGs scrubbing at once with this OSD as primary (at least 1;
         /// Ceph's `osd_max_scrubs`): the scrub load limit.
-        max_scrubs: u32 = 1, check at_least_one;
+        max_scrubs: u32 = 1, check at_least_one, runtime;
         /// A client write slower than this many milliseconds, from its
         /// arrival at the primary to its acknowledgement, is logged with
         /// where its time went (0: never; Ceph's `osd_op_complaint_time`).
-        op_complaint_time_ms: u64 = 1000, check any;
+        op_complaint_time_ms: u64 = 1000, check any, runtime;
         /// For fault tests only, never in production: hold every
         /// transaction this many milliseconds before it reaches the store,
         /// so this OSD commits behind its peers (0 = off).
@@ -585,12 +591,12 @@ section! {
     pub struct ClientConfig in "client" {
         /// Fail an op not completed in this many milliseconds (0 = wait
         /// forever, as a disk does).
-        op_timeout_ms: u64 = 0, check any;
+        op_timeout_ms: u64 = 0, check any, runtime;
         /// An op slower than this many milliseconds is logged (warn) with
         /// each of its attempts: the epoch, PG and OSD it went to and why
         /// it was sent again (0 = never). What an OSD reports as slow
         /// starts when the op reaches it; this counts from the client.
-        op_complaint_time_ms: u64 = 1000, check any;
+        op_complaint_time_ms: u64 = 1000, check any, runtime;
         /// Object size, in bytes, for new images: a power of two from 4 KiB
         /// to 64 MiB.
         image_default_object_size: u64 = 4 << 20, check object_size;
@@ -604,7 +610,7 @@ section! {
         /// An admin command (and a client's connection to its first map)
         /// fails after this many milliseconds without an answer, naming
         /// what did not answer (`--timeout` overrides it per command).
-        command_timeout_ms: u64 = 30_000, check at_least_one;
+        command_timeout_ms: u64 = 30_000, check at_least_one, runtime;
     }
 }
 

@@ -3,7 +3,8 @@
 //! lost), the CRUSH hierarchy and rules ([`crush`]: where each OSD sits, its
 //! weight and class), pools (size, min_size, pg_num, CRUSH rule), PG
 //! overrides (`pg_temp`), the PGs' past intervals ([`history`]), each
-//! OSD's fullness ([`full`]) and the fenced clients ([`blocklist`]) — and the placement computed from it alone.
+//! OSD's fullness ([`full`]), the fenced clients ([`blocklist`]) and the
+//! options set at runtime ([`config_db`]) — and the placement computed from it alone.
 //!
 //! The monitor is the only writer; it bumps [`ClusterMap::epoch`] on every
 //! change. Everyone else holds an immutable copy and computes, for any object,
@@ -17,6 +18,7 @@
 
 pub mod blocklist;
 mod cache;
+pub mod config_db;
 pub mod full;
 mod hierarchy;
 pub mod history;
@@ -26,6 +28,7 @@ mod timing;
 
 pub use blocklist::{Blocklist, BlocklistEntry};
 pub use cairn_crush as crush;
+pub use config_db::ConfigDb;
 pub use full::{FullRatios, FullState, OsdUsage};
 pub use history::{PastInterval, PgHistory};
 
@@ -222,6 +225,8 @@ pub struct ClusterMap {
     pub pg_history: BTreeMap<PgId, PgHistory>,
     /// Clients whose ops every OSD refuses ([`blocklist`]).
     pub blocklist: Blocklist,
+    /// Options set at runtime ([`config_db`]).
+    pub config: ConfigDb,
     /// The CRUSH hierarchy and rules. Changed only through methods that
     /// also forget `placements`.
     crush: CrushMap,
@@ -251,6 +256,7 @@ impl ClusterMap {
             pg_temp: BTreeMap::new(),
             pg_history: BTreeMap::new(),
             blocklist: Blocklist::default(),
+            config: ConfigDb::default(),
             crush,
             placements: PlacementCache::default(),
         }

@@ -20,7 +20,7 @@ impl Monitor {
                 &st.map,
                 &st.pg_stats,
                 &st.usage,
-                &self.opts.full_ratios,
+                &self.opts().full_ratios,
                 &st.osd_counters,
             )),
             MonCommand::GetMap => serde_json::to_value(&*st.map).map_err(|e| e.to_string()),
@@ -70,9 +70,10 @@ impl Monitor {
                 min_size,
                 rule,
             } => {
-                let size = size.unwrap_or(self.opts.pool_default_size);
-                let min_size = min_size.unwrap_or(self.opts.pool_default_min_size.min(size.max(1)));
-                let pg_num = pg_num.unwrap_or(self.opts.pool_default_pg_num);
+                let size = size.unwrap_or(self.opts().pool_default_size);
+                let min_size =
+                    min_size.unwrap_or(self.opts().pool_default_min_size.min(size.max(1)));
+                let pg_num = pg_num.unwrap_or(self.opts().pool_default_pg_num);
                 self.update(&mut st, |map| {
                     match map.create_pool_with_rule(&name, size, min_size, pg_num, rule.as_deref())
                     {
@@ -146,6 +147,18 @@ impl Monitor {
                     Err(format!("client.{client:016x} is not blocklisted"))
                 }
             }
+            MonCommand::ConfigSet { who, key, value } => {
+                self.config_set(&mut st, &who, &key, &value)?
+            }
+            MonCommand::ConfigRm { who, key } => self.config_rm(&mut st, &who, &key)?,
+            MonCommand::ConfigDump => Ok(crate::config::config_dump(&st.map.config)),
+            MonCommand::ConfigShow => self.config_show(&st),
+            MonCommand::Df => Ok(crate::df::df(
+                &st.map,
+                &st.pg_stats,
+                &st.usage,
+                self.opts().full_ratios.full(),
+            )),
             MonCommand::BlocklistLs => Ok(json!(st
                 .map
                 .blocklist

@@ -14,7 +14,9 @@
 //! [`store::MapStore`] without changing the map model.
 
 mod commands;
+mod config;
 mod crush_commands;
+mod df;
 mod failure;
 mod full;
 mod health;
@@ -28,9 +30,10 @@ use cairn_map::crush::{CrushError, CrushMap};
 use cairn_map::{ClusterMap, FullRatios, OsdUsage};
 use cairn_types::{OsdId, PgId};
 use cairn_wire::{Connection, Message, PgStat, Sender, WireError};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use tokio::net::TcpListener;
 
+pub use config::ConfigSchema;
 pub use store::{MapStore, MonStoreError};
 
 /// Monitor behaviour, from the `[mon]` section of the configuration.
@@ -95,7 +98,11 @@ pub enum MonError {
 }
 
 pub struct Monitor {
-    opts: MonOptions,
+    /// The running options: the file's, with the configuration database
+    /// applied ([`config`]).
+    opts: RwLock<MonOptions>,
+    /// The option schema, once installed.
+    config: std::sync::OnceLock<Arc<dyn ConfigSchema>>,
     state: Mutex<MonState>,
 }
 
@@ -179,9 +186,15 @@ impl Monitor {
             next_session: 1,
         };
         Ok(Arc::new(Self {
-            opts,
+            opts: RwLock::new(opts),
+            config: std::sync::OnceLock::new(),
             state: Mutex::new(state),
         }))
+    }
+
+    /// The running options (hold briefly: never across an await).
+    fn opts(&self) -> RwLockReadGuard<'_, MonOptions> {
+        self.opts.read()
     }
 
     pub fn map(&self) -> Arc<ClusterMap> {
@@ -400,13 +413,14 @@ impl Monitor {
                     return Ok(());
                 }
                 st.pending_pg_temp.insert(pg, (id, osds));
-                if self.opts.pg_temp_batch.is_zero() {
+                if self.opts().pg_temp_batch.is_zero() {
                     self.publish_pg_temp(&mut st)?;
                 } else if !st.pg_temp_flush_due {
                     st.pg_temp_flush_due = true;
                     let mon = self.clone();
                     tokio::spawn(async move {
-                        tokio::time::sleep(mon.opts.pg_temp_batch).await;
+                        let batch = mon.opts().pg_temp_batch;
+                        tokio::time::sleep(batch).await;
                         let mut st = mon.state.lock();
                         st.pg_temp_flush_due = false;
                         if let Err(e) = mon.publish_pg_temp(&mut st) {
@@ -433,7 +447,7 @@ impl Monitor {
             return; // a newer boot replaced this session
         }
         st.sessions.remove(&id);
-        if self.opts.down_on_disconnect {
+        if self.opts().down_on_disconnect {
             tracing::info!("osd.{id} disconnected; marking down");
             self.mark_down(&mut st, id);
         }
@@ -446,9 +460,10 @@ impl Monitor {
             return; // a down reporter's view, or already down
         }
         st.failures.report(target, reporter, Instant::now());
-        let level = &self.opts.reporter_subtree_level;
+        let level = self.opts().reporter_subtree_level.clone();
+        let level = &level;
         let domains = st.failures.domains(&st.map, target, level);
-        if (domains.len() as u32) < self.opts.min_down_reporters {
+        if (domains.len() as u32) < self.opts().min_down_reporters {
             return;
         }
         tracing::warn!(
@@ -485,22 +500,22 @@ impl Monitor {
                 }
             }
             let now = Instant::now();
-            st.failures.expire(now, self.opts.heartbeat_grace);
+            st.failures.expire(now, self.opts().heartbeat_grace);
             let silent: Vec<OsdId> = st
                 .sessions
                 .iter()
-                .filter(|(_, s)| now.duration_since(s.last_heartbeat) > self.opts.heartbeat_grace)
+                .filter(|(_, s)| now.duration_since(s.last_heartbeat) > self.opts().heartbeat_grace)
                 .map(|(id, _)| *id)
                 .collect();
             for id in silent {
                 tracing::warn!(
                     "osd.{id} missed heartbeats for {:?}; marking down",
-                    self.opts.heartbeat_grace
+                    self.opts().heartbeat_grace
                 );
                 st.sessions.remove(&id);
                 self.mark_down(&mut st, id);
             }
-            if let Some(out_after) = self.opts.down_out_interval {
+            if let Some(out_after) = self.opts().down_out_interval {
                 let due: Vec<OsdId> = st
                     .down_since
                     .iter()
@@ -531,7 +546,7 @@ impl Monitor {
         usage: OsdUsage,
     ) -> Result<(), MonStoreError> {
         st.usage.insert(id, usage);
-        let Some(state) = full::state_change(&st.map, &self.opts.full_ratios, id, &usage) else {
+        let Some(state) = full::state_change(&st.map, &self.opts().full_ratios, id, &usage) else {
             return Ok(());
         };
         tracing::warn!(

@@ -127,6 +127,32 @@ impl OsdCore {
     /// The core of OSD `id` over the store `io` gives, with every PG the
     /// store holds loaded (a PG whose state cannot be read is loaded as
     /// damaged: not served, rebuilt from peers).
+    /// Runtime configuration: from now on the core works with `opts`
+    /// (recovery, backfill and scrub limits, pacing, log length, slow-op
+    /// reports). Nothing already started is undone.
+    pub fn set_options(&mut self, opts: CoreOptions) {
+        self.slots.set_limits(
+            opts.recovery_max_active,
+            opts.recovery_sleep,
+            opts.max_backfills,
+            opts.max_scrubs,
+        );
+        self.slots.pacer_mut().set_limits(
+            opts.recovery_sleep_busy,
+            opts.recovery_sleep_busy_max,
+            opts.recovery_slowdown_pct,
+        );
+        self.opts = CoreOptions {
+            planted_bug: self.opts.planted_bug,
+            ..opts
+        };
+    }
+
+    /// The options the core works with now.
+    pub fn options(&self) -> &CoreOptions {
+        &self.opts
+    }
+
     pub fn new(id: OsdId, opts: CoreOptions, io: &mut dyn OsdIo) -> Self {
         let mut pgs = BTreeMap::new();
         match io.store().list_collections() {

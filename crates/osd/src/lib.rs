@@ -25,5 +25,5 @@ mod slots;
 pub use crate::core::{
     CoreOptions, OsdCore, PlantedBug, CATCH_UP_PER_PRIMARY, MAX_HELD, MAX_OID_LEN,
 };
-pub use daemon::{ClientLimits, Listeners, Osd, OsdError, OsdOptions, ProcessUsage};
+pub use daemon::{ClientLimits, ConfigHook, Listeners, Osd, OsdError, OsdOptions, ProcessUsage};
 pub use pg::{Pg, Role};

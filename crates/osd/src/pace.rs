@@ -55,6 +55,15 @@ impl Pacer {
         }
     }
 
+    /// New limits (a runtime configuration change); what was measured so
+    /// far is kept, the current gap brought within the new bounds.
+    pub fn set_limits(&mut self, min_gap: Duration, max_gap: Duration, slowdown_pct: u32) {
+        self.min_gap = min_gap;
+        self.max_gap = max_gap.max(min_gap);
+        self.slowdown_pct = slowdown_pct.max(100);
+        self.gap = self.gap.clamp(self.min_gap, self.max_gap);
+    }
+
     /// The gap between recovery starts while clients are served.
     pub fn gap(&mut self, now: Duration) -> Duration {
         self.roll(now);

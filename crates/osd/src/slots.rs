@@ -77,6 +77,25 @@ impl Slots {
         }
     }
 
+    /// New limits (a runtime configuration change). Work already holding
+    /// slots keeps them; the new limits apply to what starts next.
+    pub fn set_limits(
+        &mut self,
+        recovery_max: usize,
+        recovery_sleep: Duration,
+        backfill_max: usize,
+        scrub_max: usize,
+    ) {
+        self.recovery_max = recovery_max.max(1);
+        self.recovery_sleep = recovery_sleep;
+        self.backfill_max = backfill_max.max(1);
+        self.scrub_max = scrub_max.max(1);
+    }
+
+    pub fn pacer_mut(&mut self) -> &mut Pacer {
+        &mut self.pacer
+    }
+
     /// Take a scrub slot for `pg` (`osd_max_scrubs` per OSD).
     pub fn take_scrub(&mut self, pg: PgId) -> bool {
         if self.scrubbing.contains(&pg) {

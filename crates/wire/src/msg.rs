@@ -118,6 +118,11 @@ pub enum OsdAdminCommand {
     /// Scrub a PG this OSD is primary for now; `repair`: rewrite the bad
     /// copies it finds from a good one.
     Scrub { pg: PgId, deep: bool, repair: bool },
+    /// Change a runtime option of this OSD until it stops (`cairn tell
+    /// osd.N config set`); checked as `cairn config set` checks it.
+    ConfigSet { key: String, value: String },
+    /// The OSD's running options, with where each came from.
+    ConfigShow,
 }
 
 /// Administrative requests to the monitor. Replies carry JSON.
@@ -184,6 +189,26 @@ pub enum MonCommand {
         client: u64,
     },
     BlocklistLs,
+    /// Store an option in the configuration database (checked against the
+    /// option schema: a runtime option WHO reads, a valid value). Replies
+    /// with the entry and the epoch that carries it.
+    ConfigSet {
+        who: String,
+        key: String,
+        value: String,
+    },
+    /// Remove an entry: the option goes back to what the daemons' files say.
+    ConfigRm {
+        who: String,
+        key: String,
+    },
+    /// Every entry of the configuration database.
+    ConfigDump,
+    /// The monitor's running options, with where each came from.
+    ConfigShow,
+    /// Every OSD's space and PG count, and every pool's stored bytes and
+    /// objects: what `cairn df` and `cairn osd df` print.
+    Df,
 }
 
 /// Changes to, and listings of, the CRUSH map. Names are bucket names or

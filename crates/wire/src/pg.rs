@@ -357,6 +357,9 @@ pub struct PgStat {
     pub acting: Vec<OsdId>,
     pub last_update: Version,
     pub objects: u64,
+    /// Bytes stored in the PG's objects (their sizes, one copy), as the
+    /// primary last counted them.
+    pub bytes: u64,
     /// Object copies missing on acting members, and objects still to
     /// backfill (an estimate).
     pub degraded: u64,

@@ -200,6 +200,7 @@ impl TestCluster {
             op_complaint_time: None,
             watch_timeout: Duration::from_millis(config.client.watch_timeout_ms),
             command_timeout: Duration::from_millis(config.client.command_timeout_ms),
+            reconfigure: None,
         };
         Cluster::connect(opts).await.expect("connect")
     }

@@ -14,6 +14,7 @@
 //! connection lost either way is reported to the core as a peer reset.
 //! Store commits and reads run as tasks that call back into the core.
 
+mod config;
 mod heartbeat;
 mod io;
 mod mon_client;
@@ -34,6 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use crate::core::{CoreOptions, OsdCore};
+pub use config::ConfigHook;
 use io::DaemonIo;
 use peers::Peers;
 pub use throttle::ClientLimits;
@@ -130,6 +132,8 @@ pub struct Osd {
     pub(crate) report_now: Notify,
     /// Set once the catch-up before the first boot is done (or skipped).
     pub(crate) caught_up: std::sync::atomic::AtomicBool,
+    /// The option schema for runtime configuration, once installed.
+    config: std::sync::OnceLock<Arc<dyn ConfigHook>>,
     start: Instant,
 }
 
@@ -176,6 +180,7 @@ impl Osd {
                 mon: Mutex::new(None),
                 report_now: Notify::new(),
                 caught_up: std::sync::atomic::AtomicBool::new(false),
+                config: std::sync::OnceLock::new(),
                 start,
             }
         });
@@ -342,6 +347,10 @@ impl Osd {
                         cairn_wire::OsdAdminCommand::Scrub { pg, deep, repair } => self
                             .with_core(|core, io| core.request_scrub(pg, deep, repair, io))
                             .map(|()| format!("{{\"pg\":\"{pg}\",\"scrub\":\"scheduled\"}}")),
+                        cairn_wire::OsdAdminCommand::ConfigSet { key, value } => {
+                            self.tell_config_set(&key, &value)
+                        }
+                        cairn_wire::OsdAdminCommand::ConfigShow => self.config_show(),
                     };
                     conn.sender.send(Message::OsdAdminReply { tid, result });
                 }

@@ -36,13 +36,14 @@ impl Osd {
     /// Install a map from the monitor.
     fn take_map(self: &Arc<Self>, map: ClusterMap) {
         let map = Arc::new(map);
-        {
+        let old = {
             let mut current = self.map.write();
             if map.epoch <= current.epoch {
                 return;
             }
-            *current = map.clone();
-        }
+            std::mem::replace(&mut *current, map.clone())
+        };
+        self.map_config_changed(&old, &map);
         self.peers.forget_stale(&map);
         self.with_core(|core, io| core.handle_map(map, io));
         self.report_now.notify_one();

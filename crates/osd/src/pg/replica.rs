@@ -673,6 +673,7 @@ impl Pg {
         self.damaged = None;
         self.holds = false;
         self.objects_estimate = 0;
+        self.bytes_estimate = 0;
     }
 }
 

@@ -33,6 +33,7 @@ impl Pg {
             acting: self.mapping.acting.osds.clone(),
             last_update: self.info.last_update,
             objects: self.objects_estimate,
+            bytes: self.bytes_estimate,
             degraded,
             unfound,
             // Only a serving interval may end the monitor's memory of

@@ -1,0 +1,78 @@
+//! Runtime configuration of a running OSD: the configuration database's
+//! entries that arrive with each map, and `cairn tell osd.N config set`.
+//!
+//! The OSD knows no option: a [`ConfigHook`] given by whoever runs it (the
+//! `cairn` binary) checks changes and turns them into [`CoreOptions`],
+//! applying on its side what is not the core's (the log level). The core
+//! gets new options between two events, never in the middle of one.
+
+use std::sync::Arc;
+
+use cairn_map::{ClusterMap, ConfigDb};
+
+use super::Osd;
+use crate::core::CoreOptions;
+
+/// What the OSD needs from the option schema.
+pub trait ConfigHook: Send + Sync {
+    /// The core's options with the entries of `db` for this OSD and its
+    /// overrides applied (and the log level set); entries that could not
+    /// be applied are logged by the hook.
+    fn apply(&self, db: &ConfigDb) -> CoreOptions;
+
+    /// `tell osd.N config set KEY VALUE`: check it as `config set` does
+    /// and keep it as an override until the OSD stops. Returns the
+    /// options to apply and the JSON reply, or why it was refused.
+    fn tell_set(
+        &self,
+        db: &ConfigDb,
+        key: &str,
+        value: &str,
+    ) -> Result<(CoreOptions, String), String>;
+
+    /// The running options as JSON: each option's value, where it came
+    /// from and whether it can change at runtime.
+    fn show(&self, db: &ConfigDb) -> String;
+}
+
+impl Osd {
+    /// Give the OSD its option schema; the next map applies its entries.
+    pub fn install_config(&self, hook: Arc<dyn ConfigHook>) {
+        let _ = self.config.set(hook);
+    }
+
+    /// A new map: apply its configuration entries if they changed.
+    pub(crate) fn map_config_changed(self: &Arc<Self>, old: &ClusterMap, new: &ClusterMap) {
+        if old.epoch != 0 && old.config == new.config {
+            return;
+        }
+        if let Some(hook) = self.config.get() {
+            let opts = hook.apply(&new.config);
+            self.with_core(|core, _| core.set_options(opts));
+        }
+    }
+
+    pub(crate) fn tell_config_set(
+        self: &Arc<Self>,
+        key: &str,
+        value: &str,
+    ) -> Result<String, String> {
+        let hook = self
+            .config
+            .get()
+            .ok_or("this OSD was started without the option schema")?;
+        let db = self.map.read().config.clone();
+        let (opts, reply) = hook.tell_set(&db, key, value)?;
+        self.with_core(|core, _| core.set_options(opts));
+        Ok(reply)
+    }
+
+    pub(crate) fn config_show(&self) -> Result<String, String> {
+        let hook = self
+            .config
+            .get()
+            .ok_or("this OSD was started without the option schema")?;
+        let db = self.map.read().config.clone();
+        Ok(hook.show(&db))
+    }
+}
