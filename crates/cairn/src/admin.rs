@@ -122,6 +122,9 @@ pub enum ImageCmd {
     },
     /// Who has an image open (its watchers) and any admin operation on it.
     Status { image: String },
+    /// Provisioned and used bytes of an image, a pool's images (POOL) or
+    /// every image.
+    Du { spec: Option<String> },
     /// The exclusive lock: `ls` shows its holder, `break` fences the
     /// holder (its later writes are refused by every OSD) and frees it.
     Lock {
@@ -177,6 +180,7 @@ impl ImageCmd {
             ImageCmd::Rm { .. } => "rm",
             ImageCmd::Status { .. } => "status",
             ImageCmd::Lock { .. } => "lock",
+            ImageCmd::Du { .. } => "du",
         }
     }
 }
@@ -405,6 +409,9 @@ pub fn pgid_arg(text: &str) -> Result<cairn_types::PgId> {
 }
 
 pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
+    if let ImageCmd::Du { spec } = cmd {
+        return crate::capacity::image_du(ctx, spec);
+    }
     let json = ctx.json;
     let default_object_size = conf::load_client(ctx)?.client.image_default_object_size;
     cairn_client::image::watch::set_process_role(format!("cairn image {}", cmd.verb()));
@@ -527,6 +534,7 @@ pub fn image(ctx: &Context, cmd: ImageCmd) -> Result<()> {
                     );
                 }
             }
+            ImageCmd::Du { .. } => anyhow::bail!("image du runs before this connection is made"),
             ImageCmd::Status { image } => {
                 let (pool, name) = split_image(&image)?;
                 let status = Image::status(&cluster, &pool, &name).await?;

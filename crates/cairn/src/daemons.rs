@@ -76,6 +76,8 @@ pub enum OsdCmd {
     },
     /// The CRUSH hierarchy with every OSD's weight, class and state.
     Tree,
+    /// Every OSD's size, use, room and PG copies.
+    Df,
     /// Change the CRUSH hierarchy and rules.
     #[command(subcommand)]
     Crush(crush_cli::CrushCmd),
@@ -379,6 +381,7 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
             MonCommand::OsdLost { id }
         }
         OsdCmd::Tree => return crush_cli::tree(ctx),
+        OsdCmd::Df => return crate::capacity::osd_df(ctx),
         OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
         OsdCmd::Blocklist(BlocklistCmd::Ls) => MonCommand::BlocklistLs,
         OsdCmd::Blocklist(BlocklistCmd::Rm { client }) => MonCommand::BlocklistRm {

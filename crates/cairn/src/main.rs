@@ -8,6 +8,7 @@ mod bench;
 mod bench_cpu;
 mod bench_matrix;
 mod bench_store;
+mod capacity;
 mod conf;
 mod config_cli;
 mod crush_cli;
@@ -19,6 +20,7 @@ mod osd_store;
 mod output;
 mod pg_cli;
 mod runtime_config;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,8 +49,12 @@ struct Cli {
     /// default 120).
     #[arg(long, global = true, value_name = "SECS")]
     timeout: Option<u64>,
+    /// `cairn -w`: the status, then each change as it happens (as
+    /// `cairn status -w`).
+    #[arg(short = 'w', long = "watch")]
+    watch: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -65,8 +71,15 @@ enum Command {
     /// Start, inspect and stop a local cluster on this machine.
     #[command(subcommand)]
     Cluster(local_cluster::ClusterCmd),
-    /// Cluster health, OSD and PG summary.
-    Status,
+    /// Cluster health, OSD and PG summary; `-w` then prints each change
+    /// as it happens until interrupted.
+    Status {
+        #[arg(short = 'w', long = "watch")]
+        watch: bool,
+    },
+    /// Raw space, and every pool's stored bytes, objects, space used with
+    /// its copies, and room left.
+    Df,
     /// Health checks; `cairn health detail` lists what each concerns.
     Health {
         /// `detail`: list the PGs, OSDs and objects of each check.
@@ -142,13 +155,25 @@ fn main() -> ExitCode {
         json: cli.json,
         timeout: cli.timeout,
     };
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        let result = if cli.watch {
+            watch::watch(&ctx)
+        } else {
+            Err(anyhow::anyhow!(
+                "no command given (try `cairn --help`, `cairn status` or `cairn -w`)"
+            ))
+        };
+        return finish(result, json);
+    };
+    let result = match command {
         Command::Mon(args) => daemons::run_mon(&ctx, args),
         Command::Osd(args) => daemons::osd(&ctx, args),
         Command::Nbd(args) => nbd::run(&ctx, args),
         Command::Bench(args) => bench::run(&ctx, args),
         Command::Cluster(cmd) => local_cluster::run(&ctx, cmd),
-        Command::Status => admin::status(&ctx),
+        Command::Status { watch: true } => watch::watch(&ctx),
+        Command::Status { watch: false } => admin::status(&ctx),
+        Command::Df => capacity::df(&ctx),
         Command::Health { detail } => pg_cli::health(&ctx, detail.is_some()),
         Command::Pool(cmd) => admin::pool(&ctx, cmd),
         Command::Pg(cmd) => admin::pg(&ctx, cmd),
@@ -156,6 +181,12 @@ fn main() -> ExitCode {
         Command::Config(cmd) => conf::run(&ctx, cmd),
         Command::Tell { who, cmd } => config_cli::tell(&ctx, who, cmd),
     };
+    finish(result, json)
+}
+
+/// The exit code of a command, its error printed as one line (JSON under
+/// `--json`).
+fn finish(result: anyhow::Result<()>, json: bool) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

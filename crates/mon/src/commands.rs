@@ -440,6 +440,19 @@ fn status(
     if undersized > 0 {
         warnings.push(format!("{undersized} pgs undersized"));
     }
+    let unmet: Vec<&str> = map
+        .pools
+        .values()
+        .filter(|p| map.check_rule(p.rule, p.size).is_err())
+        .map(|p| p.name.as_str())
+        .collect();
+    if !unmet.is_empty() {
+        warnings.push(format!(
+            "{} pools cannot place all their copies ({}; see cairn health detail)",
+            unmet.len(),
+            unmet.join(", ")
+        ));
+    }
     let outside_crush = map.osds_outside_crush().count();
     if outside_crush > 0 {
         warnings.push(format!(

@@ -3,7 +3,7 @@
 //! inconsistent`), from the map and the latest reports of the OSDs and the
 //! PGs' primaries.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cairn_map::{ClusterMap, FullState, OsdUsage};
 use cairn_types::{OsdId, PgId};
@@ -12,12 +12,22 @@ use serde_json::{json, Value};
 
 use crate::commands::pg_state;
 
-/// One health check: a code, its severity, a summary and the details.
+/// One health check: a code, its severity, a summary and the details,
+/// with the pools, PGs and OSDs it concerns (for scripts).
+#[derive(Default)]
 struct Check {
     code: &'static str,
     error: bool,
     summary: String,
     detail: Vec<String>,
+    pools: BTreeSet<String>,
+    pgs: Vec<String>,
+    osds: BTreeSet<OsdId>,
+}
+
+fn pool_name(map: &ClusterMap, pg: PgId) -> String {
+    map.pool(pg.pool)
+        .map_or_else(|| format!("pool {}", pg.pool), |p| p.name.clone())
 }
 
 /// The report of `pg`'s primary if it is about the PG's current mapping.
@@ -66,14 +76,23 @@ fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
     let mut checks = Vec::new();
     for (word, code, error, what) in kinds {
         let mut detail = Vec::new();
+        let mut per_pool: BTreeMap<String, usize> = BTreeMap::new();
+        let (mut pgs, mut osds) = (Vec::new(), BTreeSet::new());
         for pg in map.all_pgs() {
             let state = pg_state(map, pg, stats.get(&pg));
             if !state.split('+').any(|w| w == word) {
                 continue;
             }
             let stat = current(map, pg, stats);
-            let mut line = format!("pg {pg} is {state}, acting {:?}", map.acting(pg).osds);
+            let pool = pool_name(map, pg);
+            *per_pool.entry(pool.clone()).or_default() += 1;
+            pgs.push(pg.to_string());
+            let mut line = format!(
+                "pg {pg} (pool {pool}) is {state}, acting {:?}",
+                map.acting(pg).osds
+            );
             if let Some(s) = stat {
+                osds.extend(s.blocked_by.iter().copied());
                 if !s.blocked_by.is_empty() {
                     line.push_str(&format!(", waiting for osds {:?}", s.blocked_by));
                 }
@@ -98,32 +117,78 @@ fn pg_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
             detail.push(line);
         }
         if !detail.is_empty() {
+            let pools: Vec<String> = per_pool.iter().map(|(p, n)| format!("{p}: {n}")).collect();
             checks.push(Check {
                 code,
                 error,
-                summary: format!("{} pgs {what}", detail.len()),
+                summary: format!(
+                    "{} pgs {what} (pool {})",
+                    detail.len(),
+                    pools.join(", pool ")
+                ),
                 detail,
+                pools: per_pool.into_keys().collect(),
+                pgs,
+                osds,
             });
         }
     }
-    let unfound: Vec<String> = map
+    let unfound: Vec<(PgId, u64)> = map
         .all_pgs()
         .filter_map(|pg| {
             current(map, pg, stats)
                 .filter(|s| s.unfound > 0)
                 .map(|s| (pg, s.unfound))
         })
-        .map(|(pg, n)| format!("pg {pg} has {n} unfound objects"))
         .collect();
     if !unfound.is_empty() {
         checks.push(Check {
             code: "OBJECT_UNFOUND",
             error: true,
             summary: format!("{} pgs with unfound objects", unfound.len()),
-            detail: unfound,
+            detail: unfound
+                .iter()
+                .map(|(pg, n)| {
+                    format!(
+                        "pg {pg} (pool {}) has {n} unfound objects",
+                        pool_name(map, *pg)
+                    )
+                })
+                .collect(),
+            pools: unfound.iter().map(|(pg, _)| pool_name(map, *pg)).collect(),
+            pgs: unfound.iter().map(|(pg, _)| pg.to_string()).collect(),
+            ..Check::default()
         });
     }
     checks
+}
+
+/// Pools whose size their rule cannot meet with the OSDs in now (too few
+/// failure domains): their PGs stay undersized until OSDs are added.
+fn pool_checks(map: &ClusterMap) -> Vec<Check> {
+    let mut detail = Vec::new();
+    let mut pools = BTreeSet::new();
+    for pool in map.pools.values() {
+        if let Err(e) = map.check_rule(pool.rule, pool.size) {
+            detail.push(format!("pool {} (size {}): {e}", pool.name, pool.size));
+            pools.insert(pool.name.clone());
+        }
+    }
+    if detail.is_empty() {
+        return Vec::new();
+    }
+    vec![Check {
+        code: "POOL_SIZE_UNMET",
+        error: false,
+        summary: format!(
+            "{} pools cannot place all their copies: {}",
+            pools.len(),
+            pools.iter().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        detail,
+        pools,
+        ..Check::default()
+    }]
 }
 
 /// OSDs at or above a full ratio: `OSD_FULL` (an error: writes fail),
@@ -143,6 +208,8 @@ fn full_checks(map: &ClusterMap, usage: &HashMap<OsdId, OsdUsage>) -> Vec<Check>
                 .iter()
                 .map(|(o, r)| format!("{} is {state}", crate::full::describe(*o, *r)))
                 .collect(),
+            osds: osds.iter().map(|(o, _)| *o).collect(),
+            ..Check::default()
         })
         .collect()
 }
@@ -166,6 +233,8 @@ fn osd_checks(map: &ClusterMap) -> Vec<Check> {
         error: false,
         summary: format!("{} osds down", down.len()),
         detail: down,
+        osds: map.osds.values().filter(|o| !o.up).map(|o| o.id).collect(),
+        ..Check::default()
     }]
 }
 
@@ -177,6 +246,7 @@ pub(crate) fn health_detail(
 ) -> Value {
     let mut checks = full_checks(map, usage);
     checks.extend(osd_checks(map));
+    checks.extend(pool_checks(map));
     checks.extend(pg_checks(map, stats));
     let health = if checks.iter().any(|c| c.error) {
         "HEALTH_ERR"
@@ -194,6 +264,9 @@ pub(crate) fn health_detail(
                 "severity": if c.error { "error" } else { "warning" },
                 "summary": c.summary,
                 "detail": c.detail,
+                "pools": c.pools,
+                "pgs": c.pgs,
+                "osds": c.osds,
             }))
             .collect::<Vec<_>>(),
     })

@@ -24,10 +24,12 @@ use crate::striper::{map_extents, Extent};
 use crate::{ClientError, Cluster};
 
 mod admin_op;
+mod du;
 pub mod lock;
 pub mod watch;
 
 pub use admin_op::{ImageStatus, ShrinkPolicy};
+pub use du::ImageUsage;
 use watch::Lease;
 
 const DIRECTORY: &str = "rbd_directory";
