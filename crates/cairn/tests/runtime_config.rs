@@ -37,7 +37,7 @@ fn running(cluster: &TestCluster, who: &str, key: &str) -> (Value, String) {
 /// that every OSD is primary for some of the writes.
 async fn write_across_objects(cluster: &TestCluster, name: &str, objects: u64) {
     let client = cluster.client().await;
-    let size = (objects * 4 << 20).to_string();
+    let size = ((objects * 4) << 20).to_string();
     cluster.ok(&["image", "create", &format!("rbd/{name}"), "--size", &size]);
     let image = Image::open(&client, "rbd", name).await.expect("open");
     for k in 0..objects {

@@ -428,6 +428,31 @@ async fn wait_change_or(rx: &mut watch::Receiver<Arc<ClusterMap>>, limit: Durati
     let _ = tokio::time::timeout(limit, rx.changed()).await;
 }
 
+/// Apply the configuration database of every new map that changes it,
+/// for as long as the client lives.
+async fn follow_config(cluster: std::sync::Weak<Cluster>, reconfigure: Reconfigure) {
+    let Some(mut rx) = cluster.upgrade().map(|c| c.map_rx.clone()) else {
+        return;
+    };
+    let mut applied = rx.borrow_and_update().config.clone();
+    while rx.changed().await.is_ok() {
+        let db = rx.borrow_and_update().config.clone();
+        if db == applied {
+            continue;
+        }
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        let mut opts = cluster.opts.write();
+        *opts = ClientOptions {
+            mon_addr: opts.mon_addr.clone(),
+            ..(reconfigure.0)(&db)
+        };
+        tracing::info!("client options changed by the configuration database: {opts:?}");
+        applied = db;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,30 +502,5 @@ mod tests {
             trail.note(Attempt::Retry { epoch: 14 });
         }
         assert_eq!(trail.len(), MAX_TRAIL);
-    }
-}
-
-/// Apply the configuration database of every new map that changes it,
-/// for as long as the client lives.
-async fn follow_config(cluster: std::sync::Weak<Cluster>, reconfigure: Reconfigure) {
-    let Some(mut rx) = cluster.upgrade().map(|c| c.map_rx.clone()) else {
-        return;
-    };
-    let mut applied = rx.borrow_and_update().config.clone();
-    while rx.changed().await.is_ok() {
-        let db = rx.borrow_and_update().config.clone();
-        if db == applied {
-            continue;
-        }
-        let Some(cluster) = cluster.upgrade() else {
-            return;
-        };
-        let mut opts = cluster.opts.write();
-        *opts = ClientOptions {
-            mon_addr: opts.mon_addr.clone(),
-            ..(reconfigure.0)(&db)
-        };
-        tracing::info!("client options changed by the configuration database: {opts:?}");
-        applied = db;
     }
 }
