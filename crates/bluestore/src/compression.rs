@@ -54,6 +54,39 @@ pub enum Algorithm {
     Snappy,
 }
 
+/// How one write is compressed: the store's options, or a pool's
+/// settings over them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Policy {
+    pub mode: CompressionMode,
+    pub algorithm: Algorithm,
+    pub required_ratio: f64,
+    pub min_blob_size: u64,
+    pub max_blob_size: u64,
+}
+
+impl Policy {
+    /// `base` with a pool's settings applied (each unset one keeps
+    /// `base`'s; names were checked when the pool was set).
+    pub fn with_pool(self, pool: &cairn_types::compression::PoolCompression) -> Policy {
+        Policy {
+            mode: pool
+                .mode
+                .as_deref()
+                .and_then(CompressionMode::parse)
+                .unwrap_or(self.mode),
+            algorithm: pool
+                .algorithm
+                .as_deref()
+                .and_then(Algorithm::parse)
+                .unwrap_or(self.algorithm),
+            required_ratio: pool.required_ratio.unwrap_or(self.required_ratio),
+            min_blob_size: pool.min_blob_size.unwrap_or(self.min_blob_size),
+            max_blob_size: pool.max_blob_size.unwrap_or(self.max_blob_size),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{algorithm:?} decompression failed: {reason}")]
 pub struct DecompressError {

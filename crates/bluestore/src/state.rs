@@ -17,6 +17,8 @@ use cairn_kv::Kv;
 use cairn_store::{Collection, ObjectId, StoreError};
 use parking_lot::Mutex;
 
+use crate::compression::Policy;
+
 use crate::allocator::{Allocator, Freelist};
 use crate::cache::{BufferCache, Lookup, OnodeCache};
 use crate::commit::CommitState;
@@ -119,9 +121,30 @@ pub(crate) struct Inner {
     /// ...and the one a key-value sync made durable there. The journal
     /// reuses no record from it on.
     pub jdef_synced: AtomicU64,
+    /// Compression of pools whose settings differ from the store's own.
+    pub pool_compression:
+        parking_lot::RwLock<std::collections::HashMap<cairn_types::PoolId, Policy>>,
 }
 
 impl Inner {
+    /// The store's own compression policy.
+    pub fn compression(&self) -> Policy {
+        let o = &self.opts;
+        Policy {
+            mode: o.compression_mode,
+            algorithm: o.compression_algorithm,
+            required_ratio: o.compression_required_ratio,
+            min_blob_size: o.compression_min_blob_size,
+            max_blob_size: o.compression_max_blob_size,
+        }
+    }
+
+    /// The compression policy for an object of `pool`.
+    pub fn compression_for(&self, pool: cairn_types::PoolId) -> Policy {
+        let pool = self.pool_compression.read().get(&pool).copied();
+        pool.unwrap_or_else(|| self.compression())
+    }
+
     pub fn au(&self) -> u64 {
         self.sb.min_alloc_size
     }

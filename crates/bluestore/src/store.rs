@@ -93,6 +93,7 @@ impl BlueStore {
             journal_synced: AtomicU64::new(m.journal.seq - 1),
             jdef_written: AtomicU64::new(m.journal.seq),
             jdef_synced: AtomicU64::new(m.journal.seq),
+            pool_compression: Default::default(),
         });
         let bodies: Vec<(&str, ThreadBody)> = vec![
             ("cairn-bs-commit", Box::new(commit_loop)),
@@ -258,6 +259,27 @@ impl Drop for ReadGuard {
 }
 
 impl ObjectStore for BlueStore {
+    fn set_pool_compression(
+        &self,
+        pool: cairn_types::PoolId,
+        settings: Option<&cairn_types::compression::PoolCompression>,
+    ) {
+        let mut pools = self.inner.pool_compression.write();
+        match settings.filter(|s| !s.is_empty()) {
+            Some(s) => {
+                let policy = self.inner.compression().with_pool(s);
+                if pools.insert(pool, policy) != Some(policy) {
+                    tracing::info!("pool {pool}: compression {policy:?}");
+                }
+            }
+            None => {
+                if pools.remove(&pool).is_some() {
+                    tracing::info!("pool {pool}: compression back to the store's settings");
+                }
+            }
+        }
+    }
+
     /// Journal records written through a ring of the loop's own and
     /// acknowledged on the loop (see `loop_commit`). `Ok(false)` where the
     /// device offers no such ring: the commit thread then does everything.

@@ -29,7 +29,7 @@ use cairn_device::{block_on, AlignedBuf};
 use cairn_store::{ObjectId, StoreError};
 
 use crate::builder::Builder;
-use crate::compression::maybe_compress;
+use crate::compression::{maybe_compress, Policy};
 use crate::onode::{Blob, Extent, Onode, Piece, Shard, BLOCK};
 use crate::options::DEFER_BUSY_UNACKED;
 use crate::read::{self, Sources};
@@ -309,11 +309,10 @@ impl Builder<'_> {
         }
         buf[(lo - a) as usize..(hi - a) as usize].copy_from_slice(data);
 
-        let opts = &self.inner.opts;
-        let compress =
-            opts.compression_mode.compresses() && b - a >= opts.compression_min_blob_size;
+        let policy = self.inner.compression_for(oid.coll.pool);
+        let compress = policy.mode.compresses() && b - a >= policy.min_blob_size;
         let chunk = if compress {
-            ceil(opts.compression_max_blob_size.max(au), au)
+            ceil(policy.max_blob_size.max(au), au)
         } else {
             b - a
         };
@@ -323,7 +322,7 @@ impl Builder<'_> {
         while at < b - a {
             let len = chunk.min(b - a - at);
             let raw = buf.slice(at as usize..(at + len) as usize);
-            new_blobs.push((a + at, self.new_blob(raw, compress)?));
+            new_blobs.push((a + at, self.new_blob(raw, compress.then_some(&policy))?));
             at += len;
         }
         let shard = self.shard_mut(oid, index)?;
@@ -353,22 +352,15 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// Allocate, fill and stage a blob holding `raw`.
-    fn new_blob(&mut self, raw: Bytes, compress: bool) -> Result<Blob, StoreError> {
-        let opts = &self.inner.opts;
+    /// Allocate, fill and stage a blob holding `raw`, compressed by
+    /// `policy` if given and worth it.
+    fn new_blob(&mut self, raw: Bytes, policy: Option<&Policy>) -> Result<Blob, StoreError> {
         let au = self.inner.au();
-        let compressed = if compress {
-            maybe_compress(
-                opts.compression_algorithm,
-                opts.compression_required_ratio,
-                au,
-                &raw,
-            )
-        } else {
-            None
-        };
+        let compressed = policy.and_then(|p| {
+            maybe_compress(p.algorithm, p.required_ratio, au, &raw).map(|c| (p.algorithm, c))
+        });
         let (stored, compression) = match compressed {
-            Some(c) => {
+            Some((algorithm, c)) => {
                 let clen = c.len() as u32;
                 let perf = &self.inner.perf;
                 perf.compressed_blobs.fetch_add(1, Ordering::Relaxed);
@@ -378,10 +370,7 @@ impl Builder<'_> {
                     .fetch_add(u64::from(clen), Ordering::Relaxed);
                 let mut padded = c;
                 padded.resize(ceil(u64::from(clen), BLOCK) as usize, 0);
-                (
-                    Bytes::from(padded),
-                    Some((opts.compression_algorithm, clen)),
-                )
+                (Bytes::from(padded), Some((algorithm, clen)))
             }
             None => (raw.clone(), None),
         };
@@ -392,7 +381,7 @@ impl Builder<'_> {
             .allocate(alloc_len, alloc_len)
             .ok_or(StoreError::NoSpace)?;
         self.allocated.extend(pextents.iter().copied());
-        let csum = opts.checksum;
+        let csum = self.inner.opts.checksum;
         let csums = csum.compute(&stored);
         let mut at = 0usize;
         for p in &pextents {

@@ -33,17 +33,29 @@ pub enum PoolCmd {
     },
     /// Change a pool setting: `size N` (copies; new ones are backfilled),
     /// `min_size N`, `pg_num N` (splits every PG online: a power of two,
-    /// larger than now), `name NEW` (as `pool rename`).
+    /// larger than now), `name NEW` (as `pool rename`), `compression_mode
+    /// none|passive|aggressive|force`, `compression_algorithm
+    /// lz4|zstd|snappy`, `compression_required_ratio R`,
+    /// `compression_min_blob_size N`, `compression_max_blob_size N` (each
+    /// over the OSDs' own bluestore_compression_*; `default` to unset).
     Set {
         name: String,
-        /// The setting: size, min_size, pg_num or name.
+        /// The setting.
         key: String,
         value: String,
+    },
+    /// Tag the pool with the application using it (`rbd`), or untag it.
+    Application {
+        /// enable or disable.
+        #[arg(value_parser = ["enable", "disable"])]
+        action: String,
+        name: String,
+        app: String,
     },
     /// Show a pool's settings, or one of them.
     Get {
         name: String,
-        /// size, min_size, pg_num, rule, id (default: all).
+        /// size, min_size, pg_num, rule, id, compression_*, application (default: all).
         key: Option<String>,
     },
     /// Rename a pool (its data stays where it is).
@@ -316,6 +328,14 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             false,
         ),
         PoolCmd::Get { name, key } => return pool_get(ctx, &name, key.as_deref()),
+        PoolCmd::Application { action, name, app } => (
+            MonCommand::PoolSet {
+                name,
+                key: "application".into(),
+                value: format!("{action} {app}"),
+            },
+            false,
+        ),
         PoolCmd::Rm {
             name,
             yes_i_really_mean_it,
@@ -341,7 +361,19 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
 
 /// `pool get NAME [KEY]`, from the pool list.
 fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
-    const KEYS: &[&str] = &["id", "size", "min_size", "pg_num", "crush_rule"];
+    const KEYS: &[&str] = &[
+        "id",
+        "size",
+        "min_size",
+        "pg_num",
+        "crush_rule",
+        "compression_mode",
+        "compression_algorithm",
+        "compression_required_ratio",
+        "compression_min_blob_size",
+        "compression_max_blob_size",
+        "application",
+    ];
     let pools = mon_command(ctx, MonCommand::PoolLs)?;
     let pool = pools
         .as_array()
@@ -354,7 +386,10 @@ fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
         Some("rule") => vec!["crush_rule"],
         Some(k) if KEYS.contains(&k) => vec![k],
         Some(k) => {
-            anyhow::bail!("unknown pool setting '{k}' (readable: size, min_size, pg_num, rule, id)")
+            anyhow::bail!(
+                "unknown pool setting '{k}' (readable: {}, rule)",
+                KEYS.join(", ")
+            )
         }
     };
     if ctx.json {
@@ -365,9 +400,16 @@ fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
         println!("{}", Value::Object(v));
     } else {
         for k in keys {
-            let shown = pool[k]
-                .as_str()
-                .map_or_else(|| pool[k].to_string(), String::from);
+            let shown = match &pool[k] {
+                Value::String(s) => s.clone(),
+                Value::Null => "(the OSDs' own setting)".to_string(),
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                other => other.to_string(),
+            };
             println!("{k}: {shown}");
         }
     }

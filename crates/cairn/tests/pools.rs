@@ -142,3 +142,153 @@ async fn size_grows_with_backfilled_copies_and_a_renamed_pool_keeps_its_data() {
     let back = within("read", image.read(0, 8 << 20)).await.expect("read");
     assert!(back[..] == data[..], "the renamed pool's image lost bytes");
 }
+
+/// Sum of one counter of `osd perf` over the cluster's OSDs, and the
+/// store backend they run.
+fn perf_sum(cluster: &TestCluster, counter: &str) -> (u64, String) {
+    let mut sum = 0;
+    let mut backend = String::new();
+    for id in 0..cluster.osds {
+        let perf: Value =
+            serde_json::from_str(&cluster.ok(&["--json", "osd", "perf", &id.to_string()]))
+                .expect("osd perf");
+        sum += perf[counter].as_u64().unwrap_or(0);
+        backend = perf["backend"].as_str().unwrap_or("?").to_string();
+    }
+    (sum, backend)
+}
+
+/// Compressible bytes: a repeated phrase.
+fn compressible(len: usize) -> Vec<u8> {
+    b"cairn stores blocks; "
+        .iter()
+        .copied()
+        .cycle()
+        .take(len)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_is_set_per_pool_and_application_tags_are_kept() {
+    let cluster = TestCluster::up(3);
+    cluster.ok(&["pool", "create", "zip", "--pg-num", "8"]);
+    for (args, words) in [
+        (
+            &["pool", "set", "zip", "compression_mode", "sometimes"][..],
+            "none, passive, aggressive, force",
+        ),
+        (
+            &["pool", "set", "zip", "compression_algorithm", "gzip"],
+            "lz4, zstd, snappy",
+        ),
+        (
+            &["pool", "set", "zip", "compression_required_ratio", "2"],
+            "(0, 1]",
+        ),
+        (
+            &["pool", "set", "zip", "compression_max_blob_size", "100"],
+            "4096",
+        ),
+        (
+            &["pool", "set", "zip", "compression_level", "3"],
+            "unknown compression setting",
+        ),
+        (
+            &["pool", "application", "enable", "zip", "r b d"],
+            "letters, digits",
+        ),
+        (
+            &["pool", "set", "nope", "compression_mode", "force"],
+            "does not exist",
+        ),
+    ] {
+        let err = cluster.fails(args);
+        assert!(err.contains(words), "cairn {args:?}: {err}");
+    }
+    cluster.ok(&["pool", "set", "zip", "compression_mode", "force"]);
+    cluster.ok(&["pool", "set", "zip", "compression_algorithm", "zstd"]);
+    let zip: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "zip"])).expect("get");
+    assert_eq!(zip["compression_mode"], "force", "{zip}");
+    assert_eq!(zip["compression_algorithm"], "zstd", "{zip}");
+    assert!(
+        zip["compression_required_ratio"].is_null(),
+        "unset: the OSDs' own: {zip}"
+    );
+    let rbd: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "rbd"])).expect("get");
+    assert!(rbd["compression_mode"].is_null(), "{rbd}");
+
+    // The same compressible data into each pool: compressed only in `zip`.
+    let data = compressible(4 << 20);
+    let client = cluster.client().await;
+    let write = |pool: &'static str| {
+        let (client, data) = (client.clone(), data.clone());
+        async move {
+            let image = within("open", Image::open(&client, pool, "d"))
+                .await
+                .expect("open");
+            within("write", image.write(0, Bytes::from(data)))
+                .await
+                .expect("write");
+            within("close", image.close()).await.expect("close");
+        }
+    };
+    cluster.ok(&["image", "create", "rbd/d", "--size", "8M"]);
+    cluster.ok(&["image", "create", "zip/d", "--size", "8M"]);
+    let (before, backend) = perf_sum(&cluster, "compressed_blobs");
+    write("rbd").await;
+    let (after_rbd, _) = perf_sum(&cluster, "compressed_blobs");
+    write("zip").await;
+    let (after_zip, _) = perf_sum(&cluster, "compressed_blobs");
+    if backend == "bluestore" {
+        assert_eq!(after_rbd, before, "pool rbd has no compression");
+        assert!(
+            after_zip > after_rbd,
+            "pool zip compresses: {after_rbd} -> {after_zip}"
+        );
+        let (raw, _) = perf_sum(&cluster, "compressed_raw_bytes");
+        let (stored, _) = perf_sum(&cluster, "compressed_stored_bytes");
+        assert!(
+            stored * 4 < raw,
+            "zstd on a repeated phrase: {stored} of {raw} bytes"
+        );
+    }
+    for pool in ["rbd", "zip"] {
+        let image = within("open", Image::open(&client, pool, "d"))
+            .await
+            .expect("open");
+        let back = within("read", image.read(0, data.len() as u64))
+            .await
+            .expect("read");
+        assert!(back[..] == data[..], "{pool}/d reads back what was written");
+        within("close", image.close()).await.expect("close");
+    }
+
+    // Back to the OSDs' own setting.
+    cluster.ok(&["pool", "set", "zip", "compression_mode", "default"]);
+    let zip: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "zip"])).expect("get");
+    assert!(zip["compression_mode"].is_null(), "{zip}");
+
+    // Application tags.
+    cluster.ok(&["pool", "application", "enable", "zip", "rbd"]);
+    cluster.ok(&["pool", "application", "enable", "zip", "backup"]);
+    let apps: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "zip", "application"]))
+            .expect("get");
+    assert_eq!(
+        apps["application"],
+        serde_json::json!(["backup", "rbd"]),
+        "{apps}"
+    );
+    assert_eq!(
+        cluster.ok(&["pool", "get", "zip", "application"]).trim(),
+        "application: backup rbd"
+    );
+    cluster.ok(&["pool", "application", "disable", "zip", "backup"]);
+    let apps: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "zip", "application"]))
+            .expect("get");
+    assert_eq!(apps["application"], serde_json::json!(["rbd"]), "{apps}");
+}

@@ -436,8 +436,13 @@ fn render_defaults_parses_to_defaults() {
             .find(&line)
             .unwrap_or_else(|| panic!("{} missing", opt.key()));
         let before = &text[..at];
+        let when = if opt.runtime {
+            "Changes at runtime (cairn config set)."
+        } else {
+            "Read at start."
+        };
         assert!(
-            before.ends_with(&format!("# Type: {}.", opt.kind)),
+            before.ends_with(&format!("# Type: {}. {when}", opt.kind)),
             "{}",
             opt.key()
         );

@@ -114,6 +114,10 @@ pub struct Pool {
     /// The CRUSH rule placing its PGs.
     #[serde(default)]
     pub rule: RuleId,
+    /// Compression of its data, over each OSD's own settings.
+    pub compression: cairn_types::compression::PoolCompression,
+    /// Applications that use it (`rbd`, ...): Ceph's application tags.
+    pub application: std::collections::BTreeSet<String>,
 }
 
 impl Pool {
@@ -520,6 +524,8 @@ impl ClusterMap {
             pg_num,
             created: self.epoch + 1,
             rule,
+            compression: Default::default(),
+            application: Default::default(),
         };
         self.pools.insert(id, pool);
         self.placements.clear();

@@ -1,4 +1,5 @@
-//! Changing a pool after it was made: `size`, `min_size` and its name.
+//! Changing a pool after it was made: `size`, `min_size`, its name, its
+//! compression settings and its application tags.
 //! (`pg_num` growth, a split, is [`ClusterMap::set_pg_num`].) Each refuses
 //! a value the pool cannot take, with the reason, and changes nothing then.
 
@@ -61,6 +62,58 @@ impl ClusterMap {
     }
 }
 
+/// Longest application tag.
+pub const MAX_APPLICATION_LEN: usize = 64;
+/// Most application tags on one pool.
+pub const MAX_APPLICATIONS: usize = 16;
+
+impl ClusterMap {
+    /// Set one of the pool's `compression_*` options (`default`: the OSDs'
+    /// own setting again). Returns whether anything changed.
+    pub fn set_pool_compression(
+        &mut self,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<bool, MapError> {
+        let pool = self.pool_mut(name)?;
+        let field = key.strip_prefix("compression_").unwrap_or(key);
+        pool.compression
+            .set(field, value)
+            .map_err(MapError::Invalid)
+    }
+
+    /// Tag the pool as used by `app` (`enable`) or drop the tag. Returns
+    /// whether anything changed.
+    pub fn set_pool_application(
+        &mut self,
+        name: &str,
+        app: &str,
+        enable: bool,
+    ) -> Result<bool, MapError> {
+        let valid = !app.is_empty()
+            && app.len() <= MAX_APPLICATION_LEN
+            && app
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+        if !valid {
+            return Err(MapError::Invalid(format!(
+                "application '{app}' must be 1 to {MAX_APPLICATION_LEN} letters, digits, '_', '-' or '.'"
+            )));
+        }
+        let pool = self.pool_mut(name)?;
+        if !enable {
+            return Ok(pool.application.remove(app));
+        }
+        if !pool.application.contains(app) && pool.application.len() >= MAX_APPLICATIONS {
+            return Err(MapError::Invalid(format!(
+                "pool '{name}' already has {MAX_APPLICATIONS} applications, the most it may"
+            )));
+        }
+        Ok(pool.application.insert(app.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use cairn_crush::WEIGHT_ONE;
@@ -117,5 +170,32 @@ mod tests {
             map.rename_pool("nope", "x"),
             Err(MapError::NoSuchPool("nope".into()))
         );
+    }
+
+    #[test]
+    fn compression_and_application_tags_are_checked() {
+        let mut map = map_with_osds(3);
+        assert_eq!(
+            map.set_pool_compression("p", "compression_mode", "force"),
+            Ok(true)
+        );
+        assert_eq!(
+            map.set_pool_compression("p", "compression_mode", "force"),
+            Ok(false)
+        );
+        assert!(map
+            .set_pool_compression("p", "compression_mode", "sometimes")
+            .is_err());
+        assert!(map
+            .set_pool_compression("nosuch", "compression_mode", "force")
+            .is_err());
+        let pool = map.pool_by_name("p").expect("p");
+        assert_eq!(pool.compression.mode.as_deref(), Some("force"));
+        assert_eq!(map.set_pool_application("p", "rbd", true), Ok(true));
+        assert_eq!(map.set_pool_application("p", "rbd", true), Ok(false));
+        assert!(map.set_pool_application("p", "r b d", true).is_err());
+        assert!(map.set_pool_application("p", "", true).is_err());
+        assert_eq!(map.set_pool_application("p", "rbd", false), Ok(true));
+        assert!(map.pool_by_name("p").expect("p").application.is_empty());
     }
 }

@@ -208,8 +208,23 @@ fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<
             .set_pool_min_size(name, number(key, value)?)
             .map_err(|e| e.to_string()),
         "name" => map.rename_pool(name, value).map_err(|e| e.to_string()),
+        k if k.starts_with("compression_") => map
+            .set_pool_compression(name, k, value)
+            .map_err(|e| e.to_string()),
+        "application" => match value.split_once(' ') {
+            Some(("enable", app)) => map.set_pool_application(name, app, true),
+            Some(("disable", app)) => map.set_pool_application(name, app, false),
+            _ => {
+                return Err(format!(
+                    "application takes 'enable APP' or 'disable APP', not '{value}'"
+                ))
+            }
+        }
+        .map_err(|e| e.to_string()),
         other => Err(format!(
-            "unknown pool setting '{other}' (settable: size, min_size, pg_num, name)"
+            "unknown pool setting '{other}' (settable: size, min_size, pg_num, name, \
+             compression_mode, compression_algorithm, compression_required_ratio, \
+             compression_min_blob_size, compression_max_blob_size, application)"
         )),
     }
 }

@@ -196,6 +196,16 @@ fn osd_state(map: &ClusterMap, osd: OsdId) -> Value {
 pub(crate) fn pool_json(map: &ClusterMap, pool: &cairn_map::Pool) -> Value {
     let mut v = json!(pool);
     v["crush_rule"] = json!(map.crush().rule(pool.rule).map(|r| r.name.as_str()));
+    // One level, with the names `pool set` takes; null: the OSDs' own.
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("compression");
+        let c = &pool.compression;
+        obj.insert("compression_mode".into(), json!(c.mode));
+        obj.insert("compression_algorithm".into(), json!(c.algorithm));
+        obj.insert("compression_required_ratio".into(), json!(c.required_ratio));
+        obj.insert("compression_min_blob_size".into(), json!(c.min_blob_size));
+        obj.insert("compression_max_blob_size".into(), json!(c.max_blob_size));
+    }
     v
 }
 

@@ -159,4 +159,12 @@ impl ObjectStore for DelayedCommits {
     fn perf_dump(&self) -> String {
         self.inner.perf_dump()
     }
+
+    fn set_pool_compression(
+        &self,
+        pool: cairn_types::PoolId,
+        settings: Option<&cairn_types::compression::PoolCompression>,
+    ) {
+        self.inner.set_pool_compression(pool, settings);
+    }
 }

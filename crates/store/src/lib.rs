@@ -187,6 +187,16 @@ pub trait ObjectStore: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Compression for the objects of `pool` from now on, over the store's
+    /// own settings (`None`: the store's own). Stores that do not compress
+    /// ignore it.
+    fn set_pool_compression(
+        &self,
+        _pool: cairn_types::PoolId,
+        _settings: Option<&cairn_types::compression::PoolCompression>,
+    ) {
+    }
+
     /// Read `len` bytes at `offset`. Holes read as zeros; the result is short
     /// only at the end of the object (empty if `offset >= size`). A store
     /// may hand out bytes it also caches (shared, never changed in place).

@@ -7,6 +7,7 @@
 //! call.
 
 pub mod bulk;
+pub mod compression;
 
 use std::fmt;
 use std::str::FromStr;

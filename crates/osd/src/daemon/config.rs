@@ -1,5 +1,6 @@
 //! Runtime configuration of a running OSD: the configuration database's
-//! entries that arrive with each map, and `cairn tell osd.N config set`.
+//! entries that arrive with each map, `cairn tell osd.N config set`, and
+//! the pools' compression settings, which go to the store.
 //!
 //! The OSD knows no option: a [`ConfigHook`] given by whoever runs it (the
 //! `cairn` binary) checks changes and turns them into [`CoreOptions`],
@@ -49,6 +50,22 @@ impl Osd {
         if let Some(hook) = self.config.get() {
             let opts = hook.apply(&new.config);
             self.with_core(|core, _| core.set_options(opts));
+        }
+    }
+
+    /// A new map: hand the store the compression settings of every pool
+    /// whose settings changed (all of them with the first map).
+    pub(crate) fn map_pools_changed(&self, old: &ClusterMap, new: &ClusterMap) {
+        for (id, pool) in &new.pools {
+            let same = old.epoch != 0
+                && old.pools.get(id).map(|p| &p.compression) == Some(&pool.compression);
+            if !same {
+                self.store
+                    .set_pool_compression(*id, Some(&pool.compression));
+            }
+        }
+        for id in old.pools.keys().filter(|id| !new.pools.contains_key(id)) {
+            self.store.set_pool_compression(*id, None);
         }
     }
 

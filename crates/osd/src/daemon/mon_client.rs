@@ -44,6 +44,7 @@ impl Osd {
             std::mem::replace(&mut *current, map.clone())
         };
         self.map_config_changed(&old, &map);
+        self.map_pools_changed(&old, &map);
         self.peers.forget_stale(&map);
         self.with_core(|core, io| core.handle_map(map, io));
         self.report_now.notify_one();
