@@ -54,7 +54,11 @@ pub enum OsdCmd {
     /// Check an OSD's BlueStore (the OSD must not be running).
     Fsck(FsckArgs),
     /// A running OSD's object-store performance counters.
-    Perf { id: u32 },
+    Perf {
+        /// One OSD's every counter; without it, a line per OSD with its
+        /// commit latency, transactions, client ops in flight and CPU.
+        id: Option<u32>,
+    },
     /// List OSDs with their state.
     Ls,
     /// The map's OSDs with their public and cluster addresses, state and
@@ -363,7 +367,8 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
     let mon_cmd = match cmd {
         OsdCmd::Mkfs(args) => return osd_mkfs(ctx, args),
         OsdCmd::Fsck(args) => return osd_fsck(ctx, args),
-        OsdCmd::Perf { id } => return admin::osd_perf(ctx, id),
+        OsdCmd::Perf { id: Some(id) } => return admin::osd_perf(ctx, id),
+        OsdCmd::Perf { id: None } => return admin::osd_perf_all(ctx),
         OsdCmd::Ls => MonCommand::OsdLs,
         OsdCmd::Dump => MonCommand::OsdDump,
         OsdCmd::Out { id } => MonCommand::OsdOut { id },

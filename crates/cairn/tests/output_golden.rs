@@ -30,6 +30,7 @@ const COMMANDS: &[&[&str]] = &[
     &["osd", "dump"],
     &["osd", "tree"],
     &["osd", "perf", "0"],
+    &["osd", "perf"],
     &["osd", "blocklist", "ls"],
     &["osd", "crush", "rule", "ls"],
     &["pool", "ls"],
