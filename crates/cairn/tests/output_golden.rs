@@ -160,7 +160,7 @@ fn every_state_command_keeps_its_json_shape_and_survives_a_closed_pipe() {
             panic!("`cairn --json {name}` is not one JSON value ({e}): {text}")
         });
         numbers_are_numbers(&value, &name, &mut bad);
-        let key = if args.starts_with(&["osd", "perf"]) {
+        let key = if args.len() == 3 && args.starts_with(&["osd", "perf"]) {
             "perf"
         } else {
             ""
