@@ -237,7 +237,12 @@ impl cairn_osd::ConfigHook for OsdSchema {
             e.to_string()
                 .replacen("config set", &format!("tell {who}"), 1)
         })?;
-        let mut overrides = self.overrides();
+        // Held from read to write, so two `tell`s cannot lose one another.
+        let mut kept = self
+            .overrides
+            .lock()
+            .map_err(|_| format!("tell {who}: the override list was poisoned"))?;
+        let mut overrides = kept.clone();
         overrides.retain(|(k, _)| *k != entry.key);
         overrides.push((entry.key.clone(), entry.value.clone()));
         let resolved = central::resolve(&self.file, self.who(), db.entries(), &overrides);
@@ -245,9 +250,8 @@ impl cairn_osd::ConfigHook for OsdSchema {
         if let Some(w) = resolved.warnings.iter().find(|w| w.starts_with(&prefix)) {
             return Err(format!("tell {who}: {w}"));
         }
-        if let Ok(mut kept) = self.overrides.lock() {
-            *kept = overrides;
-        }
+        *kept = overrides;
+        drop(kept);
         tracing::info!("osd.{}: {} = {} (tell)", self.id, entry.key, entry.value);
         set_log_level(&resolved.config.global.log_level);
         let running = resolved.config.value(&entry.key);

@@ -86,7 +86,8 @@ impl Cluster {
         });
         tokio::spawn(mon.run(Arc::downgrade(&cluster), conn, map_tx));
         if let Some(r) = reconfigure {
-            tokio::spawn(follow_config(Arc::downgrade(&cluster), r));
+            let applied = first.config.clone();
+            tokio::spawn(follow_config(Arc::downgrade(&cluster), r, applied));
         }
         Ok(cluster)
     }
@@ -430,26 +431,32 @@ async fn wait_change_or(rx: &mut watch::Receiver<Arc<ClusterMap>>, limit: Durati
 
 /// Apply the configuration database of every new map that changes it,
 /// for as long as the client lives.
-async fn follow_config(cluster: std::sync::Weak<Cluster>, reconfigure: Reconfigure) {
+async fn follow_config(
+    cluster: std::sync::Weak<Cluster>,
+    reconfigure: Reconfigure,
+    mut applied: cairn_map::ConfigDb,
+) {
     let Some(mut rx) = cluster.upgrade().map(|c| c.map_rx.clone()) else {
         return;
     };
-    let mut applied = rx.borrow_and_update().config.clone();
-    while rx.changed().await.is_ok() {
+    loop {
         let db = rx.borrow_and_update().config.clone();
-        if db == applied {
-            continue;
+        if db != applied {
+            // Not held across the wait below: the client may be dropped.
+            let Some(cluster) = cluster.upgrade() else {
+                return;
+            };
+            let mut opts = cluster.opts.write();
+            *opts = ClientOptions {
+                mon_addr: opts.mon_addr.clone(),
+                ..(reconfigure.0)(&db)
+            };
+            tracing::info!("client options changed by the configuration database: {opts:?}");
+            applied = db;
         }
-        let Some(cluster) = cluster.upgrade() else {
+        if rx.changed().await.is_err() {
             return;
-        };
-        let mut opts = cluster.opts.write();
-        *opts = ClientOptions {
-            mon_addr: opts.mon_addr.clone(),
-            ..(reconfigure.0)(&db)
-        };
-        tracing::info!("client options changed by the configuration database: {opts:?}");
-        applied = db;
+        }
     }
 }
 

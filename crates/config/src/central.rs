@@ -141,13 +141,25 @@ fn find_option(who: Who, key: &str) -> Result<OptionDoc, ConfigError> {
             .find_map(|section| all.iter().find(|o| o.section == section && o.name == key))
             .cloned(),
     };
-    let found = found.or_else(|| {
-        // A bare name of another section's option: named below as not
-        // read by WHO, rather than unknown.
-        (!key.contains('.'))
-            .then(|| all.iter().find(|o| o.name == key).cloned())
-            .flatten()
-    });
+    let found = match found {
+        Some(doc) => Some(doc),
+        None if !key.contains('.') => {
+            // A bare name of another section's option: for WHO = global it
+            // names that option, if only one section has it; otherwise it
+            // is named below as not read by WHO, rather than unknown.
+            let matching: Vec<&OptionDoc> = all.iter().filter(|o| o.name == key).collect();
+            if matching.len() > 1 {
+                let names: Vec<String> = matching.iter().map(|o| o.key()).collect();
+                return Err(ConfigError::InvalidName {
+                    origin: ORIGIN.to_string(),
+                    name: key.to_string(),
+                    reason: format!("several sections have it: give one of {}", names.join(", ")),
+                });
+            }
+            matching.first().map(|o| (*o).clone())
+        }
+        None => None,
+    };
     let Some(doc) = found else {
         let (section, name) = key
             .split_once('.')
@@ -197,22 +209,34 @@ where
     let full = doc.key();
     let mut trial = Config::default();
     let chain = target.chain();
-    for (w, k, v) in existing {
-        let applies = w.parse::<Who>().is_ok_and(|w| chain.contains(&w));
-        if applies && k != full {
-            // An entry that no longer fits is the daemon's warning, not
-            // this change's error.
-            let _ = trial.set(k, v);
-        }
-    }
-    trial.set(&full, value).map_err(|e| match e {
+    let stored: Vec<(&str, &str)> = existing
+        .into_iter()
+        .filter(|(w, _, _)| w.parse::<Who>().is_ok_and(|w| chain.contains(&w)))
+        .map(|(_, k, v)| (k, v))
+        .collect();
+    let others: Vec<(&str, &str)> = stored.iter().copied().filter(|(k, _)| *k != full).collect();
+    let fixed = |e: ConfigError| match e {
         ConfigError::InvalidValue { key, reason, .. } => ConfigError::InvalidValue {
             origin: ORIGIN.to_string(),
             key,
             reason,
         },
         other => other,
-    })?;
+    };
+    let together = others.iter().copied().chain([(full.as_str(), value)]);
+    match trial.clone().set_all(together) {
+        Ok(()) => {}
+        // What is stored fits together: this change is what does not.
+        Err(e) if trial.clone().set_all(stored.iter().copied()).is_ok() => return Err(fixed(e)),
+        Err(_) => {
+            // The entries already stored do not fit together (a daemon
+            // warns about them): check the change against what fits.
+            for (k, v) in others {
+                let _ = trial.set(k, v);
+            }
+            trial.set(&full, value).map_err(fixed)?;
+        }
+    }
     Ok(Entry {
         who: target.to_string(),
         key: full,
@@ -304,16 +328,34 @@ where
         })
         .collect();
     applicable.sort_by_key(|(rank, ..)| *rank);
-    for (_, who, key, value) in applicable {
-        let section = key.split_once('.').map_or("", |(s, _)| s);
-        if !daemon.reads(section) {
-            continue;
-        }
-        match config.set(key, value) {
-            Ok(()) => {
+    for rank in 0..chain.len() {
+        let group: Vec<(&str, &str, &str)> = applicable
+            .iter()
+            .filter(|(r, _, k, _)| {
+                *r == rank && daemon.reads(k.split_once('.').map_or("", |(s, _)| s))
+            })
+            .map(|(_, w, k, v)| (*w, *k, *v))
+            .collect();
+        // Together first: entries checked against each other (`size` and
+        // `min_size`, the full ratios) fit only as a set.
+        if config
+            .set_all(group.iter().map(|(_, k, v)| (*k, *v)))
+            .is_ok()
+        {
+            for (_, key, _) in &group {
                 sources.insert(key.to_string(), Source::Mon);
             }
-            Err(e) => warnings.push(format!("config entry {who} {key}={value} not applied: {e}")),
+            continue;
+        }
+        for (who, key, value) in group {
+            match config.set(key, value) {
+                Ok(()) => {
+                    sources.insert(key.to_string(), Source::Mon);
+                }
+                Err(e) => {
+                    warnings.push(format!("config entry {who} {key}={value} not applied: {e}"))
+                }
+            }
         }
     }
     for (key, value) in overrides {
@@ -420,6 +462,46 @@ mod tests {
             .any(|o| o.key == "global.log_level" && o.runtime));
         assert!(shown.iter().any(|o| o.key == "osd.store" && !o.runtime));
         assert!(!shown.iter().any(|o| o.key.starts_with("mon.")));
+    }
+
+    #[test]
+    fn entries_that_fit_only_together_apply_together() {
+        let db = vec![
+            ("mon", "mon.pool_default_min_size", "4"),
+            ("mon", "mon.pool_default_size", "5"),
+            ("mon", "mon.osd_nearfull_ratio", "0.96"),
+            ("mon", "mon.osd_backfillfull_ratio", "0.97"),
+            ("mon", "mon.osd_full_ratio", "0.98"),
+        ];
+        let r = resolve(&Config::default(), Who::Mon, db.clone(), &[]);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert_eq!(
+            (
+                r.config.mon.pool_default_size,
+                r.config.mon.pool_default_min_size
+            ),
+            (5, 4)
+        );
+        assert_eq!(r.config.mon.osd_full_ratio.get(), 0.98);
+        // And a change is checked against them together.
+        assert!(check_entry("mon", "pool_default_size", "6", db.clone()).is_ok());
+        assert!(check_entry("mon", "pool_default_size", "3", db).is_err());
+    }
+
+    #[test]
+    fn a_bare_name_several_sections_have_must_be_given_in_full() {
+        let e = check_entry("global", "op_complaint_time_ms", "100", none()).unwrap_err();
+        assert!(e.to_string().contains("osd.op_complaint_time_ms"), "{e}");
+        assert!(e.to_string().contains("client.op_complaint_time_ms"), "{e}");
+        let e = check_entry("global", "client.op_complaint_time_ms", "100", none()).unwrap();
+        assert_eq!(e.key, "client.op_complaint_time_ms");
+        // Within WHO's own section a bare name is that section's.
+        assert_eq!(
+            check_entry("osd", "op_complaint_time_ms", "5", none())
+                .unwrap()
+                .key,
+            "osd.op_complaint_time_ms"
+        );
     }
 
     #[test]

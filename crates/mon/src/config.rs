@@ -93,19 +93,30 @@ impl Monitor {
         who: &str,
         key: &str,
     ) -> Result<Result<Value, String>, MonStoreError> {
-        // `rm osd max_scrubs` removes `osd osd.max_scrubs`: find the full key.
-        let full = st
+        // `rm osd max_scrubs` removes `osd osd.max_scrubs`: find the full
+        // key; a bare name two entries of WHO share must be given in full.
+        let matching: Vec<String> = st
             .map
             .config
             .entries()
-            .find(|(w, k, _)| {
+            .filter(|(w, k, _)| {
                 *w == who && (*k == key || k.split_once('.').map(|(_, n)| n) == Some(key))
             })
-            .map(|(_, k, _)| k.to_string());
-        let Some(full) = full else {
-            return Ok(Err(format!(
-                "no configuration entry {who} {key} (see cairn config dump)"
-            )));
+            .map(|(_, k, _)| k.to_string())
+            .collect();
+        let full = match matching.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Ok(Err(format!(
+                    "no configuration entry {who} {key} (see cairn config dump)"
+                )))
+            }
+            several => {
+                return Ok(Err(format!(
+                    "{who} has several entries named {key}: give one of {}",
+                    several.join(", ")
+                )))
+            }
         };
         self.update(st, |map| (map.config.remove(who, &full), ()))?;
         tracing::info!("config rm {who} {full} (epoch {})", st.map.epoch);

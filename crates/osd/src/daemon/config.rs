@@ -48,8 +48,8 @@ impl Osd {
             return;
         }
         if let Some(hook) = self.config.get() {
-            let opts = hook.apply(&new.config);
-            self.with_core(|core, _| core.set_options(opts));
+            // Under the core's lock, so a `tell` cannot interleave.
+            self.with_core(|core, _| core.set_options(hook.apply(&new.config)));
         }
     }
 
@@ -78,10 +78,14 @@ impl Osd {
             .config
             .get()
             .ok_or("this OSD was started without the option schema")?;
-        let db = self.map.read().config.clone();
-        let (opts, reply) = hook.tell_set(&db, key, value)?;
-        self.with_core(|core, _| core.set_options(opts));
-        Ok(reply)
+        // Under the core's lock, against the entries the core last applied,
+        // so a map applied meanwhile cannot be undone by this change.
+        self.with_core(|core, _| {
+            let db = core.map().config.clone();
+            let (opts, reply) = hook.tell_set(&db, key, value)?;
+            core.set_options(opts);
+            Ok(reply)
+        })
     }
 
     pub(crate) fn config_show(&self) -> Result<String, String> {

@@ -132,6 +132,8 @@ pub struct Osd {
     pub(crate) report_now: Notify,
     /// Set once the catch-up before the first boot is done (or skipped).
     pub(crate) caught_up: std::sync::atomic::AtomicBool,
+    /// Bytes stored per primary PG, for the monitor's `df`.
+    pub(crate) pg_bytes: Arc<usage::PgBytes>,
     /// The option schema for runtime configuration, once installed.
     config: std::sync::OnceLock<Arc<dyn ConfigHook>>,
     start: Instant,
@@ -180,6 +182,7 @@ impl Osd {
                 mon: Mutex::new(None),
                 report_now: Notify::new(),
                 caught_up: std::sync::atomic::AtomicBool::new(false),
+                pg_bytes: Arc::default(),
                 config: std::sync::OnceLock::new(),
                 start,
             }

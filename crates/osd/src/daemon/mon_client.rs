@@ -17,6 +17,10 @@ use cairn_wire::{connect, Message, Sender, WireError};
 
 use super::Osd;
 
+/// Heartbeats between two counts of the primary PGs' bytes (each asks
+/// every object its size, off the core's lock).
+const PG_BYTES_EVERY: u64 = 5;
+
 impl Osd {
     pub(crate) async fn mon_session_loop(self: Arc<Self>) {
         let mut delay = Duration::from_millis(100);
@@ -177,6 +181,7 @@ impl Osd {
         reboot: Arc<AtomicBool>,
     ) {
         let mut interval = tokio::time::interval(self.opts.heartbeat_interval);
+        let mut round = 0u64;
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
@@ -190,10 +195,16 @@ impl Osd {
                 reboot.store(false, Ordering::SeqCst);
                 sender.send(boot.clone());
             }
-            let (epoch, pgs, counters) = self.with_core(|core, io| {
+            let (epoch, mut pgs, counters) = self.with_core(|core, io| {
                 let stats = core.stats(io);
                 (core.map().epoch, stats, core.counters())
             });
+            if round % PG_BYTES_EVERY == 0 {
+                let primary = pgs.iter().map(|s| s.pg).collect();
+                self.pg_bytes.recount(self.store.clone(), primary);
+            }
+            round += 1;
+            self.pg_bytes.fill(&mut pgs);
             let usage = match self.store.statfs() {
                 Ok(st) => Some(cairn_map::OsdUsage {
                     used_bytes: st.used_bytes,

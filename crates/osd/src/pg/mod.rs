@@ -314,8 +314,6 @@ pub struct Pg {
     pub(crate) strays: BTreeMap<OsdId, PgInfo>,
     pub(crate) counters: Counters,
     pub(crate) objects_estimate: u64,
-    /// Bytes in those objects (their sizes), for `cairn df`.
-    pub(crate) bytes_estimate: u64,
     /// What peering learned, kept until activation.
     pub(crate) peered: Option<Box<peering::Peered>>,
     /// When a stalled peering step is tried again.
@@ -407,7 +405,6 @@ impl Pg {
             strays: BTreeMap::new(),
             counters: Counters::default(),
             objects_estimate: 0,
-            bytes_estimate: 0,
             peered: None,
             retry_at: Duration::ZERO,
             pull_answers: HashMap::new(),
@@ -817,19 +814,12 @@ impl Pg {
         }
     }
 
-    /// Count the PG's objects and their bytes again (for stats).
+    /// Count the PG's objects again (for stats).
     pub(crate) fn recount(&mut self, io: &dyn OsdIo) {
-        let Ok(names) = io.store().list_objects(self.id) else {
-            return;
-        };
-        let (mut objects, mut bytes) = (0, 0);
-        for name in names.iter().filter(|n| !persist::is_internal(n)) {
-            objects += 1;
-            let oid = cairn_store::ObjectId::new(self.id, name.clone());
-            bytes += io.store().stat(&oid).map_or(0, |st| st.size);
+        if let Ok(names) = io.store().list_objects(self.id) {
+            self.objects_estimate =
+                names.iter().filter(|n| !persist::is_internal(n)).count() as u64;
         }
-        self.objects_estimate = objects;
-        self.bytes_estimate = bytes;
     }
 
     /// Client ops waiting in this PG.

@@ -673,7 +673,6 @@ impl Pg {
         self.damaged = None;
         self.holds = false;
         self.objects_estimate = 0;
-        self.bytes_estimate = 0;
     }
 }
 

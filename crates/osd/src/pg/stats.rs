@@ -33,7 +33,8 @@ impl Pg {
             acting: self.mapping.acting.osds.clone(),
             last_update: self.info.last_update,
             objects: self.objects_estimate,
-            bytes: self.bytes_estimate,
+            // Counted by the daemon, off the core's lock.
+            bytes: 0,
             degraded,
             unfound,
             // Only a serving interval may end the monitor's memory of
