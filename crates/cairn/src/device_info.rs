@@ -29,7 +29,12 @@ pub fn report(dir: &Path, conf: &OsdConfig) -> Result<DeviceReport> {
     let location = Location::parse(&location_text).context("crush location")?;
     let device = data_path(dir, conf);
     let (class, class_configured) = if conf.crush_device_class.is_empty() {
-        (detect_class(&device).to_string(), false)
+        let detected = if conf.bluestore_device_emulation == "hdd" {
+            "hdd"
+        } else {
+            detect_class(&device)
+        };
+        (detected.to_string(), false)
     } else {
         (conf.crush_device_class.clone(), true)
     };

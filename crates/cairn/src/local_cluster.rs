@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use cairn_config::{Config, StoreKind};
-use cairn_wire::MonCommand;
+use cairn_wire::{CrushCommand, MonCommand};
 use clap::Subcommand;
 
 use crate::{admin, osd_store, Context};
@@ -57,6 +57,15 @@ pub enum ClusterCmd {
         /// OSDs per host with --hosts (default 1).
         #[arg(long, requires = "hosts")]
         osds_per_host: Option<u32>,
+        /// With --hosts: OSDs per host served as emulated spinning disks
+        /// (class hdd; `osd.bluestore_device_emulation`), for trying slow
+        /// and fast pools on one machine; rule `hdd_rule` places on them.
+        #[arg(long, requires = "hosts")]
+        hdd_osds_per_host: Option<u32>,
+        /// With --hosts: OSDs per host of class nvme (this machine's
+        /// device as it is); rule `nvme_rule` places on them.
+        #[arg(long, requires = "hosts")]
+        nvme_osds_per_host: Option<u32>,
         /// Run each host's OSDs in their own network namespace, with an
         /// address on a public and a cluster network (needs root, --hosts).
         #[arg(long)]
@@ -119,6 +128,8 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
             osds,
             hosts,
             osds_per_host,
+            hdd_osds_per_host,
+            nvme_osds_per_host,
             netns,
             dir,
             store,
@@ -130,6 +141,8 @@ pub fn run(ctx: &Context, cmd: ClusterCmd) -> Result<()> {
                 hosts,
                 per_host: osds_per_host,
                 netns,
+                hdd: hdd_osds_per_host,
+                nvme: nvme_osds_per_host,
             };
             let fresh = Fresh { store, set };
             up(
@@ -183,6 +196,12 @@ fn new_config(layout: &Layout, net: Option<&HostNet>, fresh: &Fresh) -> Result<C
     for id in 0..layout.osds {
         if let Some(host) = layout.host_of(id) {
             config.set(&format!("osd.{id}.crush_location"), &format!("host={host}"))?;
+        }
+        if let Some(class) = layout.class_of(id) {
+            config.set(&format!("osd.{id}.crush_device_class"), class)?;
+            if class == "hdd" {
+                config.set(&format!("osd.{id}.bluestore_device_emulation"), "hdd")?;
+            }
         }
         if let (Some(net), Some(k)) = (net, layout.host_number(id)) {
             let public = format!("{}:0", net.ip(Net::Public, k));
@@ -433,6 +452,9 @@ fn wait_active(
     wait_for(ctx, deadline, "OSDs to boot", |status| {
         status["osds"]["up"].as_u64() >= Some(osds as u64)
     })?;
+    if layout.hdd_per_host.is_some() {
+        class_rules(ctx)?;
+    }
     let pools = admin::mon_command(ctx, MonCommand::PoolLs)?;
     let has_rbd = pools
         .as_array()
@@ -454,6 +476,30 @@ fn wait_active(
         let pgs = &status["pgs"];
         pgs["total"].as_u64().unwrap_or(0) > 0 && pgs["active"] == pgs["total"]
     })
+}
+
+/// Rules `hdd_rule` and `nvme_rule`: replicas on distinct hosts, on OSDs
+/// of that class only (made once).
+fn class_rules(ctx: &Context) -> Result<()> {
+    let rules = admin::mon_command(ctx, MonCommand::OsdCrush(CrushCommand::RuleLs))?;
+    for class in ["hdd", "nvme"] {
+        let name = format!("{class}_rule");
+        let exists = rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["name"] == name);
+        if !exists {
+            let cmd = CrushCommand::RuleCreateReplicated {
+                name,
+                root: "default".into(),
+                failure_domain: "host".into(),
+                class: Some(class.into()),
+            };
+            admin::mon_command(ctx, MonCommand::OsdCrush(cmd))?;
+        }
+    }
+    Ok(())
 }
 
 fn wait_for(

@@ -234,7 +234,22 @@ fn open_device(path: &Path, conf: &OsdConfig) -> Result<Arc<dyn BlockDevice>> {
         },
         ..Default::default()
     };
-    Ok(Arc::new(FileDevice::open(path, opts)?))
+    let device: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, opts)?);
+    if conf.bluestore_device_emulation != "hdd" {
+        return Ok(device);
+    }
+    let model = cairn_device::HddModel {
+        seek: std::time::Duration::from_millis(conf.hdd_emulation_seek_ms),
+        bytes_per_s: conf.hdd_emulation_mib_per_s.saturating_mul(1 << 20),
+    };
+    tracing::warn!(
+        "{}: served as an emulated spinning disk ({} ms seek, {} MiB/s): for tests and \
+         benchmarks only",
+        path.display(),
+        conf.hdd_emulation_seek_ms,
+        conf.hdd_emulation_mib_per_s
+    );
+    Ok(Arc::new(cairn_device::EmulatedHdd::new(device, model)))
 }
 
 fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn Kv>> {

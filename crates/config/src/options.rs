@@ -119,6 +119,14 @@ fn announced_addr(v: &str) -> Result<(), String> {
 /// The accepted values of `global.log_level`.
 pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
+/// A device emulation: none, or a spinning disk.
+fn device_emulation(v: &str) -> Result<(), String> {
+    match v {
+        "" | "hdd" => Ok(()),
+        other => Err(format!("must be empty or \"hdd\", got {other:?}")),
+    }
+}
+
 fn log_level(v: &str) -> Result<(), String> {
     if LOG_LEVELS.contains(&v) {
         Ok(())
@@ -566,6 +574,19 @@ section! {
         bluestore_rocksdb_options: String = String::new(), check any;
         /// BlueStore: how device I/O is submitted.
         bluestore_io_engine: IoEngineKind = IoEngineKind::Uring, check any;
+        /// For tests and benchmarks only, never in production: serve the
+        /// data device like a spinning disk ("hdd": one request at a time,
+        /// a seek of `hdd_emulation_seek_ms` unless sequential, streaming
+        /// at `hdd_emulation_mib_per_s`), so slow and fast pools can be
+        /// tried on one machine. The device class is then detected as hdd.
+        /// Empty: off.
+        bluestore_device_emulation: String = String::new(), check device_emulation;
+        /// The emulated spinning disk's seek and rotation cost per random
+        /// request, in milliseconds.
+        hdd_emulation_seek_ms: u64 = 6, check any;
+        /// The emulated spinning disk's streaming bandwidth, in MiB/s (at
+        /// least 1).
+        hdd_emulation_mib_per_s: u64 = 150, check at_least_one;
         /// Where the OSD is in the CRUSH hierarchy, as `type=name` pairs
         /// separated by spaces (e.g. `host=h1 rack=r1`); buckets missing
         /// from the map are created, and a missing `root` means

@@ -11,6 +11,8 @@
 //! - [`MemDevice`] ([`mod@mem`]): plain memory, for tests.
 //! - [`FaultDevice`] ([`mod@fault`]): memory with injected errors and simulated
 //!   power loss, for crash tests.
+//! - [`EmulatedHdd`] ([`mod@hdd`]): any device served like a spinning disk
+//!   (seeks, bandwidth, one request at a time), for tests and benchmarks.
 //!
 //! Fault model shared by every device:
 //! - A request whose offset or length is not a multiple of [`BLOCK_SIZE`]
@@ -38,6 +40,7 @@ mod error;
 mod exec;
 pub mod fault;
 pub mod file;
+pub mod hdd;
 pub mod mem;
 
 use std::future::Future;
@@ -50,6 +53,7 @@ pub use error::DeviceError;
 pub use exec::block_on;
 pub use fault::{CrashPolicy, FaultDevice, FaultOn};
 pub use file::{Completion, FileDevice, FileDeviceOptions, IoEngine, LoopRing, LOOP_RING_DEPTH};
+pub use hdd::{EmulatedHdd, HddModel};
 pub use mem::MemDevice;
 
 /// Alignment, in bytes, of every offset and length handed to a device.

@@ -239,6 +239,7 @@ macro_rules! conformance {
 
 conformance!(mem, common::mem());
 conformance!(fault, common::fault());
+conformance!(emulated_hdd, common::hdd());
 conformance!(file_threads, common::file_threads());
 conformance!(file_uring, common::file_uring());
 conformance!(

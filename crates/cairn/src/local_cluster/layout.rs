@@ -13,6 +13,10 @@ pub(super) struct LayoutArgs {
     pub(super) hosts: Option<u32>,
     pub(super) per_host: Option<u32>,
     pub(super) netns: bool,
+    /// `--hdd-osds-per-host`: OSDs per host served as emulated spinning disks.
+    pub(super) hdd: Option<u32>,
+    /// `--nvme-osds-per-host`: OSDs per host of class nvme.
+    pub(super) nvme: Option<u32>,
 }
 
 /// How many OSDs, on which CRUSH hosts, in which network namespaces.
@@ -24,6 +28,11 @@ pub(super) struct Layout {
     /// Each host in its own network namespace.
     #[serde(default)]
     pub(super) netns: bool,
+    /// With hosts: the first this many OSDs of each host are emulated
+    /// spinning disks of class hdd, the rest of class nvme (`None`: OSDs
+    /// keep the class their device has).
+    #[serde(default)]
+    pub(super) hdd_per_host: Option<u32>,
 }
 
 impl std::fmt::Display for Layout {
@@ -31,7 +40,15 @@ impl std::fmt::Display for Layout {
         match self.per_host {
             None => write!(f, "--osds {}", self.osds),
             Some(m) => {
-                write!(f, "--hosts {} --osds-per-host {m}", self.osds / m)?;
+                match self.hdd_per_host {
+                    Some(hdd) => write!(
+                        f,
+                        "--hosts {} --hdd-osds-per-host {hdd} --nvme-osds-per-host {}",
+                        self.osds / m,
+                        m - hdd
+                    )?,
+                    None => write!(f, "--hosts {} --osds-per-host {m}", self.osds / m)?,
+                }
                 if self.netns {
                     f.write_str(" --netns")?;
                 }
@@ -51,13 +68,25 @@ impl Layout {
             if osds == 0 {
                 bail!("--osds must be at least 1");
             }
+            if asked.hdd.is_some() || asked.nvme.is_some() {
+                bail!("--hdd-osds-per-host and --nvme-osds-per-host need --hosts");
+            }
             return Ok(Layout {
                 osds,
                 per_host: None,
                 netns: false,
+                hdd_per_host: None,
             });
         };
-        let per_host = asked.per_host.unwrap_or(1);
+        let classes = asked.hdd.is_some() || asked.nvme.is_some();
+        if classes && asked.per_host.is_some() {
+            bail!("give either --osds-per-host or --hdd-osds-per-host with --nvme-osds-per-host");
+        }
+        let hdd_per_host = classes.then(|| asked.hdd.unwrap_or(0));
+        let per_host = match classes {
+            true => asked.hdd.unwrap_or(0) + asked.nvme.unwrap_or(0),
+            false => asked.per_host.unwrap_or(1),
+        };
         if hosts == 0 || per_host == 0 {
             bail!("--hosts and --osds-per-host must be at least 1");
         }
@@ -78,6 +107,7 @@ impl Layout {
             osds: total,
             per_host: Some(per_host),
             netns: asked.netns,
+            hdd_per_host,
         })
     }
 
@@ -88,7 +118,7 @@ impl Layout {
         let Some(was) = recorded else {
             return Layout::new(asked);
         };
-        if asked.hosts.is_some() || asked.netns {
+        if asked.hosts.is_some() || asked.netns || asked.hdd.is_some() || asked.nvme.is_some() {
             let now = Layout::new(asked)?;
             if now != *was {
                 bail!("this cluster was made with {was}; its layout cannot change to {now}");
@@ -113,6 +143,13 @@ impl Layout {
         self.per_host.map(|m| id / m + 1)
     }
 
+    /// The device class `up` gives OSD `id` (`hdd`: an emulated spinning
+    /// disk), if the layout has classes.
+    pub(super) fn class_of(&self, id: u32) -> Option<&'static str> {
+        let (hdd, per_host) = (self.hdd_per_host?, self.per_host?);
+        Some(if id % per_host < hdd { "hdd" } else { "nvme" })
+    }
+
     /// Failure domains the default rule has: hosts, or OSDs.
     pub(super) fn domains(&self) -> u32 {
         self.per_host.map_or(self.osds, |m| self.osds / m)
@@ -134,7 +171,51 @@ mod tests {
             hosts,
             per_host,
             netns,
+            hdd: None,
+            nvme: None,
         }
+    }
+
+    #[test]
+    fn hdd_and_nvme_osds_per_host() {
+        let mut a = asked(None, Some(3), None, false);
+        a.hdd = Some(2);
+        a.nvme = Some(1);
+        let l = Layout::resolve(&a, None).unwrap();
+        assert_eq!((l.osds, l.per_host, l.domains()), (9, Some(3), 3));
+        let classes: Vec<_> = (0..6).map(|id| l.class_of(id)).collect();
+        assert_eq!(
+            classes,
+            [
+                Some("hdd"),
+                Some("hdd"),
+                Some("nvme"),
+                Some("hdd"),
+                Some("hdd"),
+                Some("nvme")
+            ]
+        );
+        assert_eq!(
+            l.to_string(),
+            "--hosts 3 --hdd-osds-per-host 2 --nvme-osds-per-host 1"
+        );
+        // Left out later: the recorded one.
+        assert_eq!(
+            Layout::resolve(&asked(None, None, None, false), Some(&l)).unwrap(),
+            l
+        );
+        let mut mixed = asked(None, Some(3), Some(2), false);
+        mixed.hdd = Some(1);
+        assert!(err(&mixed, None).contains("either --osds-per-host"));
+        let mut flat = asked(None, None, None, false);
+        flat.nvme = Some(1);
+        assert!(err(&flat, None).contains("need --hosts"));
+        let mut none = asked(None, Some(3), None, false);
+        none.hdd = Some(0);
+        none.nvme = Some(0);
+        assert!(err(&none, None).contains("at least 1"));
+        let plain = Layout::resolve(&asked(None, Some(3), Some(2), false), None).unwrap();
+        assert_eq!(plain.class_of(0), None);
     }
 
     fn err(asked: &LayoutArgs, recorded: Option<&Layout>) -> String {

@@ -27,6 +27,20 @@ pub fn mem() -> TestDev {
     }
 }
 
+/// A memory device behind the HDD emulation, with no seek or transfer
+/// cost, so the suite checks the wrapper's ordering and plumbing only.
+pub fn hdd() -> TestDev {
+    let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(DEV_SIZE));
+    let model = cairn_device::HddModel {
+        seek: std::time::Duration::ZERO,
+        bytes_per_s: u64::MAX,
+    };
+    TestDev {
+        dev: Arc::new(cairn_device::EmulatedHdd::new(inner, model)),
+        _dir: None,
+    }
+}
+
 pub fn fault() -> TestDev {
     TestDev {
         dev: Arc::new(FaultDevice::new(DEV_SIZE)),
