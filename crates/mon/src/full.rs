@@ -173,6 +173,7 @@ mod tests {
     #[test]
     fn health_names_up_osds_per_state() {
         let mut map = map(4);
+        map.create_pool("p", 2, 1, 8).expect("pool");
         let mut reports = HashMap::new();
         assert_eq!(health(&map, &reports), (false, Vec::new()));
         map.set_full_state(0, FullState::Full);
@@ -204,6 +205,8 @@ mod tests {
             detail["checks"][0]["detail"],
             json!(["osd.0 (97% used) is backfillfull"])
         );
+        assert_eq!(detail["checks"][0]["osds"], json!([0]), "{detail}");
+        assert_eq!(detail["checks"][0]["pools"], json!(["p"]), "{detail}");
         map.set_full_state(1, FullState::Full);
         let detail = crate::health::health_detail(&map, &HashMap::new(), &reports);
         assert_eq!(detail["health"], "HEALTH_ERR", "{detail}");

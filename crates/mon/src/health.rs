@@ -194,9 +194,21 @@ fn pool_checks(map: &ClusterMap) -> Vec<Check> {
 /// OSDs at or above a full ratio: `OSD_FULL` (an error: writes fail),
 /// `OSD_BACKFILLFULL`, `OSD_NEARFULL`.
 fn full_checks(map: &ClusterMap, usage: &HashMap<OsdId, OsdUsage>) -> Vec<Check> {
+    // The pools with a PG on any of `osds`: where writes are at stake.
+    let pools_on = |osds: &[OsdId]| -> BTreeSet<String> {
+        map.pools
+            .values()
+            .filter(|p| {
+                p.pgs()
+                    .any(|pg| map.up(pg).iter().any(|o| osds.contains(o)))
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    };
     crate::full::by_state(map, usage)
         .into_iter()
         .map(|(state, osds)| Check {
+            pools: pools_on(&osds.iter().map(|(o, _)| *o).collect::<Vec<_>>()),
             code: match state {
                 FullState::Full => "OSD_FULL",
                 FullState::Backfillfull => "OSD_BACKFILLFULL",
