@@ -367,8 +367,8 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
     let mon_cmd = match cmd {
         OsdCmd::Mkfs(args) => return osd_mkfs(ctx, args),
         OsdCmd::Fsck(args) => return osd_fsck(ctx, args),
-        OsdCmd::Perf { id: Some(id) } => return admin::osd_perf(ctx, id),
-        OsdCmd::Perf { id: None } => return admin::osd_perf_all(ctx),
+        OsdCmd::Perf { id: Some(id) } => return crate::osd_perf::osd_perf(ctx, id),
+        OsdCmd::Perf { id: None } => return crate::osd_perf::osd_perf_all(ctx),
         OsdCmd::Ls => MonCommand::OsdLs,
         OsdCmd::Dump => MonCommand::OsdDump,
         OsdCmd::Out { id } => MonCommand::OsdOut { id },

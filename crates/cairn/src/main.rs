@@ -16,6 +16,7 @@ mod daemons;
 mod device_info;
 mod local_cluster;
 mod nbd;
+mod osd_perf;
 mod osd_store;
 mod output;
 mod pg_cli;
