@@ -62,6 +62,11 @@ pub enum PoolCmd {
     Rename { name: String, new_name: String },
     /// List pools.
     Ls,
+    /// Client I/O per pool (op/s and B/s, read and written, over the last
+    /// seconds) and, for a cache pool, promote, flush and evict rates, PGs
+    /// flushing or evicting, dirty objects, objects and bytes against the
+    /// targets (Ceph's `osd pool stats`).
+    Stats { name: Option<String> },
     /// Remove a pool and everything in it (needs --yes-i-really-mean-it).
     Rm {
         name: String,
@@ -302,6 +307,7 @@ pub fn pool(ctx: &Context, cmd: PoolCmd) -> Result<()> {
             )
         }
         PoolCmd::Ls => (MonCommand::PoolLs, true),
+        PoolCmd::Stats { name } => return crate::tier_cli::pool_stats(ctx, name),
         PoolCmd::Set { name, key, value } => (MonCommand::PoolSet { name, key, value }, false),
         PoolCmd::Rename { name, new_name } => (
             MonCommand::PoolSet {
@@ -365,10 +371,29 @@ fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
         .flatten()
         .find(|p| p["name"] == name)
         .ok_or_else(|| anyhow::anyhow!("pool '{name}' does not exist"))?;
+    // A cache tier's settings are read from its `tier` object.
+    let tier_keys: Vec<&str> = ["tier_of", "overlay", "cache", "cache_mode"]
+        .into_iter()
+        .chain(cairn_map::tier::TIER_KEYS.iter().copied())
+        .collect();
+    let mut pool = pool.clone();
+    let tier = pool["tier"].clone();
+    for k in &tier_keys {
+        pool[*k] = tier[*k].clone();
+    }
+    let is_cache = !tier["tier_of"].is_null();
     let keys: Vec<&str> = match key {
+        None if is_cache => KEYS.iter().chain(&tier_keys).copied().collect(),
+        None if !tier.is_null() => KEYS.iter().copied().chain(["cache", "overlay"]).collect(),
         None => KEYS.to_vec(),
         Some("rule") => vec!["crush_rule"],
         Some(k) if KEYS.contains(&k) => vec![k],
+        Some(k) if tier_keys.contains(&k) && (is_cache || k == "cache" || k == "overlay") => {
+            vec![k]
+        }
+        Some(k) if tier_keys.contains(&k) => {
+            anyhow::bail!("pool '{name}' is not a cache tier: it has no {k}")
+        }
         Some(k) => {
             anyhow::bail!(
                 "unknown pool setting '{k}' (readable: {}, rule)",

@@ -88,6 +88,9 @@ pub enum OsdCmd {
     /// Clients fenced off the cluster (a broken or taken-over image lock).
     #[command(subcommand)]
     Blocklist(BlocklistCmd),
+    /// Cache tiering: a fast pool as a cache over a slow one.
+    #[command(subcommand)]
+    Tier(crate::tier_cli::TierCmd),
 }
 
 #[derive(Subcommand)]
@@ -388,6 +391,7 @@ fn osd_admin(ctx: &Context, cmd: OsdCmd) -> Result<()> {
         OsdCmd::Tree => return crush_cli::tree(ctx),
         OsdCmd::Df => return crate::capacity::osd_df(ctx),
         OsdCmd::Crush(cmd) => return crush_cli::run(ctx, cmd),
+        OsdCmd::Tier(cmd) => return crate::tier_cli::run(ctx, cmd),
         OsdCmd::Blocklist(BlocklistCmd::Ls) => MonCommand::BlocklistLs,
         OsdCmd::Blocklist(BlocklistCmd::Rm { client }) => MonCommand::BlocklistRm {
             client: client_arg(&client)?,

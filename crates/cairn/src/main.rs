@@ -21,6 +21,7 @@ mod osd_store;
 mod output;
 mod pg_cli;
 mod runtime_config;
+mod tier_cli;
 mod watch;
 
 use std::path::PathBuf;

@@ -60,6 +60,7 @@ async fn pipeline(
                 offset: block * BLOCK as u64,
                 data: Bytes::from(pattern(block + 1, BLOCK)),
             }],
+            ignore_overlay: false,
         };
         assert!(conn.sender.send(Message::OsdOp(op)), "connection closed");
     }

@@ -90,6 +90,7 @@ impl Raw {
             pg,
             oid: OBJECT.to_string(),
             ops,
+            ignore_overlay: false,
         };
         (primary, addr, op)
     }

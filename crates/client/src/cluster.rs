@@ -167,12 +167,41 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
     ) -> Result<Vec<OpOutput>, ClientError> {
+        self.op_routed(pool, oid, ops, false).await
+    }
+
+    /// Run `ops` on pool `pool` itself even if its map sends its ops to a
+    /// cache pool (the overlay): how a cache pool's OSDs reach its base.
+    pub async fn op_ignoring_overlay(
+        &self,
+        pool: PoolId,
+        oid: &str,
+        ops: Vec<ObjOp>,
+    ) -> Result<Vec<OpOutput>, ClientError> {
+        self.op_routed(pool, oid, ops, true).await
+    }
+
+    async fn op_routed(
+        &self,
+        pool: PoolId,
+        oid: &str,
+        ops: Vec<ObjOp>,
+        ignore_overlay: bool,
+    ) -> Result<Vec<OpOutput>, ClientError> {
         let op_timeout = self.opts.read().op_timeout;
+        let run = self.op_inner(pool, oid, ops, ignore_overlay);
         match op_timeout {
-            None => self.op_inner(pool, oid, ops).await,
-            Some(limit) => match tokio::time::timeout(limit, self.op_inner(pool, oid, ops)).await {
+            None => run.await,
+            Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(done) => done,
-                Err(_) => Err(ClientError::Timeout(self.unanswered(pool, oid, limit))),
+                Err(_) => {
+                    let target = if ignore_overlay {
+                        pool
+                    } else {
+                        self.map().op_target(pool)
+                    };
+                    Err(ClientError::Timeout(self.unanswered(target, oid, limit)))
+                }
             },
         }
     }
@@ -199,9 +228,10 @@ impl Cluster {
 
     async fn op_inner(
         &self,
-        pool_id: PoolId,
+        asked_pool: PoolId,
         oid: &str,
         ops: Vec<ObjOp>,
+        ignore_overlay: bool,
     ) -> Result<Vec<OpOutput>, ClientError> {
         let reqid = ReqId {
             client: self.client_id,
@@ -212,6 +242,12 @@ impl Cluster {
         let mut trail = Trail::new(oid, complaint);
         loop {
             let map = map_rx.borrow_and_update().clone();
+            // A pool with a cache over it: its ops go to the cache.
+            let pool_id = if ignore_overlay {
+                asked_pool
+            } else {
+                map.op_target(asked_pool)
+            };
             let pool = map
                 .pool(pool_id)
                 .ok_or_else(|| ClientError::NoSuchPool(format!("id {pool_id}")))?;
@@ -243,6 +279,7 @@ impl Cluster {
                 pg,
                 oid: oid.to_string(),
                 ops: ops.clone(),
+                ignore_overlay,
             };
             trail.note(Attempt::Sent {
                 epoch: map.epoch,
@@ -290,7 +327,8 @@ impl Cluster {
                         }
                         let new_map = map_rx.borrow().clone();
                         // Resend if the PG moved, or the object is in another PG now (a split).
-                        let moved = new_map.pool(pool_id).map(|p| (new_map.object_pg(p, oid), new_map.acting(pg)))
+                        let target = if ignore_overlay { asked_pool } else { new_map.op_target(asked_pool) };
+                        let moved = new_map.pool(target).map(|p| (new_map.object_pg(p, oid), new_map.acting(pg)))
                             != Some((pg, acting.clone()));
                         if moved {
                             trail.note(Attempt::Moved { epoch: new_map.epoch });

@@ -23,6 +23,7 @@ pub mod full;
 mod hierarchy;
 pub mod history;
 mod pool_edit;
+pub mod tier;
 #[cfg(test)]
 mod timing;
 
@@ -31,6 +32,7 @@ pub use cairn_crush as crush;
 pub use config_db::ConfigDb;
 pub use full::{FullRatios, FullState, OsdUsage};
 pub use history::{PastInterval, PgHistory};
+pub use tier::{CacheMode, PoolTier, TierParams};
 
 use std::collections::BTreeMap;
 
@@ -118,6 +120,8 @@ pub struct Pool {
     pub compression: cairn_types::compression::PoolCompression,
     /// Applications that use it (`rbd`, ...): Ceph's application tags.
     pub application: std::collections::BTreeSet<String>,
+    /// Its place in cache tiering ([`tier`]).
+    pub tier: tier::PoolTier,
 }
 
 impl Pool {
@@ -526,6 +530,7 @@ impl ClusterMap {
             rule,
             compression: Default::default(),
             application: Default::default(),
+            tier: Default::default(),
         };
         self.pools.insert(id, pool);
         self.placements.clear();
@@ -570,6 +575,13 @@ impl ClusterMap {
             .pool_by_name(name)
             .ok_or_else(|| MapError::NoSuchPool(name.into()))?
             .id;
+        let tier = &self.pools[&id].tier;
+        if let Some(other) = tier.cache.or(tier.tier_of) {
+            let other = self.pools.get(&other).map_or("?", |p| p.name.as_str());
+            return Err(MapError::Invalid(format!(
+                "pool '{name}' is in a cache tier with '{other}': `osd tier rm` it first"
+            )));
+        }
         self.pools.remove(&id);
         self.placements.clear();
         self.pg_temp.retain(|pg, _| pg.pool != id);

@@ -159,6 +159,13 @@ impl Monitor {
                 &st.usage,
                 self.opts().full_ratios.full(),
             )),
+            MonCommand::OsdTier(cmd) => self.tier_command(&mut st, cmd)?,
+            MonCommand::PoolStats { pool } => crate::pool_stats::pool_stats(
+                &st.map,
+                &st.pg_stats,
+                &st.pool_samples,
+                pool.as_deref(),
+            ),
             MonCommand::BlocklistLs => Ok(json!(st
                 .map
                 .blocklist
@@ -211,6 +218,18 @@ fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<
         k if k.starts_with("compression_") => map
             .set_pool_compression(name, k, value)
             .map_err(|e| e.to_string()),
+        k if cairn_map::tier::TIER_KEYS.contains(&k) => {
+            match map.pool_by_name(name) {
+                Some(p) if !p.is_cache() => {
+                    return Err(format!(
+                        "{k} applies to a cache tier; pool '{name}' is not one (see `osd tier add`)"
+                    ))
+                }
+                _ => {}
+            }
+            map.set_tier_param(name, k, value)
+                .map_err(|e| e.to_string())
+        }
         "application" => match value.split_once(' ') {
             Some(("enable", app)) => map.set_pool_application(name, app, true),
             Some(("disable", app)) => map.set_pool_application(name, app, false),
@@ -224,7 +243,9 @@ fn pool_set(map: &mut ClusterMap, name: &str, key: &str, value: &str) -> Result<
         other => Err(format!(
             "unknown pool setting '{other}' (settable: size, min_size, pg_num, name, \
              compression_mode, compression_algorithm, compression_required_ratio, \
-             compression_min_blob_size, compression_max_blob_size, application)"
+             compression_min_blob_size, compression_max_blob_size, application, and on a \
+             cache tier {})",
+            cairn_map::tier::TIER_KEYS.join(", ")
         )),
     }
 }

@@ -205,6 +205,7 @@ pub(crate) fn pool_json(map: &ClusterMap, pool: &cairn_map::Pool) -> Value {
         obj.insert("compression_required_ratio".into(), json!(c.required_ratio));
         obj.insert("compression_min_blob_size".into(), json!(c.min_blob_size));
         obj.insert("compression_max_blob_size".into(), json!(c.max_blob_size));
+        obj.insert("tier".into(), crate::tier::tier_summary(map, pool));
     }
     v
 }

@@ -174,10 +174,11 @@ fn pool_checks(map: &ClusterMap) -> Vec<Check> {
             pools.insert(pool.name.clone());
         }
     }
+    let mut checks = cache_checks(map);
     if detail.is_empty() {
-        return Vec::new();
+        return checks;
     }
-    vec![Check {
+    checks.push(Check {
         code: "POOL_SIZE_UNMET",
         error: false,
         summary: format!(
@@ -186,6 +187,42 @@ fn pool_checks(map: &ClusterMap) -> Vec<Check> {
             pools.iter().cloned().collect::<Vec<_>>().join(", ")
         ),
         detail,
+        pools,
+        ..Check::default()
+    });
+    checks
+}
+
+/// Cache tiers with neither `target_max_bytes` nor `target_max_objects`:
+/// their agent has nothing to measure fullness by and never flushes or
+/// evicts for it (the trap Ceph leaves silent).
+fn cache_checks(map: &ClusterMap) -> Vec<Check> {
+    let pools: BTreeSet<String> = map
+        .pools
+        .values()
+        .filter(|p| p.is_cache() && p.tier.params.targets_unset())
+        .map(|p| p.name.clone())
+        .collect();
+    if pools.is_empty() {
+        return Vec::new();
+    }
+    vec![Check {
+        code: "CACHE_POOL_NO_TARGET",
+        error: false,
+        summary: format!(
+            "{} cache pools have no target_max_bytes or target_max_objects: {}",
+            pools.len(),
+            pools.iter().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        detail: pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "cache pool {p} never flushes or evicts for fullness: \
+                     `cairn pool set {p} target_max_bytes|target_max_objects N`"
+                )
+            })
+            .collect(),
         pools,
         ..Check::default()
     }]

@@ -21,7 +21,9 @@ mod failure;
 mod full;
 mod health;
 mod options;
+mod pool_stats;
 pub mod store;
+mod tier;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -65,7 +67,7 @@ struct OsdSession {
     last_heartbeat: Instant,
 }
 
-struct MonState {
+pub(crate) struct MonState {
     map: Arc<ClusterMap>,
     store: MapStore,
     subscribers: Vec<Sender>,
@@ -74,6 +76,8 @@ struct MonState {
     /// Peers' reports of OSDs silent on the cluster network.
     failures: failure::FailureReports,
     pg_stats: HashMap<PgId, PgStat>,
+    /// Recent per-pool counters, for `pool stats` rates.
+    pool_samples: pool_stats::PoolSamples,
     /// Each OSD's recovery counters, as it last reported them.
     pub(crate) osd_counters: HashMap<OsdId, cairn_wire::RecoveryCounters>,
     /// Each OSD's latest reported usage.
@@ -131,6 +135,7 @@ impl Monitor {
             down_since: HashMap::new(),
             failures: failure::FailureReports::default(),
             pg_stats: HashMap::new(),
+            pool_samples: Default::default(),
             osd_counters: HashMap::new(),
             usage: HashMap::new(),
             to_trim: HashSet::new(),
@@ -315,6 +320,8 @@ impl Monitor {
                     }
                     st.pg_stats.insert(stat.pg, stat);
                 }
+                let st = &mut *st;
+                st.pool_samples.sample(&st.map, &st.pg_stats);
             }
             Message::OsdFailure {
                 reporter,

@@ -218,8 +218,11 @@ impl OsdCore {
             next_id: &mut self.next_id,
             slots: &mut self.slots,
             requests: &mut self.requests,
+            tier_replies: Vec::new(),
         };
-        Some(f(pg, &mut ctx))
+        let r = f(pg, &mut ctx);
+        pg.drain_tier_replies(&mut ctx);
+        Some(r)
     }
 
     /// Run `f` on every PG.
@@ -232,9 +235,11 @@ impl OsdCore {
             next_id: &mut self.next_id,
             slots: &mut self.slots,
             requests: &mut self.requests,
+            tier_replies: Vec::new(),
         };
         for pg in self.pgs.values_mut() {
             f(pg, &mut ctx);
+            pg.drain_tier_replies(&mut ctx);
         }
     }
 
@@ -401,6 +406,10 @@ impl OsdCore {
             return refuse(io, op.tid, OpError::Blocklisted);
         }
         match self.map.pool(op.pg.pool) {
+            // Its ops go to the cache over it: the client's map is older.
+            Some(pool) if pool.tier.overlay.is_some() && !op.ignore_overlay => {
+                return refuse(io, op.tid, OpError::WrongPrimary { epoch });
+            }
             Some(pool) if self.map.object_pg(pool, &op.oid) == op.pg => {}
             // Sent before a split moved the object to another PG.
             Some(_) if op.epoch < epoch => {
@@ -415,6 +424,7 @@ impl OsdCore {
         let tid = op.tid;
         let routed = self.with_pg(op.pg, io, |pg, ctx| {
             if pg.role() == Role::Primary {
+                pg.client_io.count(&op.ops);
                 let arrived = ctx.now();
                 pg.client_op(
                     ctx,
@@ -516,6 +526,57 @@ impl OsdCore {
         self.kick_wanting(io);
     }
 
+    /// A cache tier's op on its base pool, started with `done`, finished.
+    pub fn tier_done(
+        &mut self,
+        done: Done,
+        result: Result<Vec<cairn_wire::OpOutput>, OpError>,
+        io: &mut dyn OsdIo,
+    ) {
+        self.with_pg(done.pg, io, |pg, ctx| match pg.take_wait(done.id) {
+            Some(Wait::Tier { act, oid, step }) => pg.tier_done(ctx, act, oid, step, result),
+            Some(other) => unreachable!("pg {}: base-pool answer for {other:?}", pg.id),
+            None => {}
+        });
+        self.kick_wanting(io);
+    }
+
+    /// Start flushing and evicting every object of the PGs of cache pool
+    /// `pool` this OSD is primary for; returns how many PGs.
+    pub fn tier_flush_evict_all(
+        &mut self,
+        pool: cairn_types::PoolId,
+        io: &mut dyn OsdIo,
+    ) -> Result<usize, String> {
+        match self.map.pool(pool) {
+            Some(p) if p.is_cache() => {}
+            Some(p) => return Err(format!("pool '{}' is not a cache tier", p.name)),
+            None => return Err(format!("no pool {pool}")),
+        }
+        let pgs: Vec<PgId> = self
+            .pgs
+            .values()
+            .filter(|pg| pg.id.pool == pool && pg.role() == Role::Primary && pg.is_active())
+            .map(|pg| pg.id)
+            .collect();
+        for &pg in &pgs {
+            if let Some(Err(e)) = self.with_pg(pg, io, |pg, ctx| pg.start_sweep(ctx)) {
+                return Err(e);
+            }
+        }
+        self.kick_wanting(io);
+        Ok(pgs.len())
+    }
+
+    /// The sweeps of cache pool `pool`'s PGs this OSD is primary for.
+    pub fn tier_sweeps(&self, pool: cairn_types::PoolId) -> Vec<(PgId, serde_json::Value)> {
+        self.pgs
+            .values()
+            .filter(|pg| pg.id.pool == pool && pg.role() == Role::Primary)
+            .map(|pg| (pg.id, pg.sweep_status()))
+            .collect()
+    }
+
     /// An object copy started with `done` was read.
     pub fn object_read(&mut self, done: Done, result: CopyResult, io: &mut dyn OsdIo) {
         self.with_pg(done.pg, io, |pg, ctx| {
@@ -581,7 +642,11 @@ impl OsdCore {
             if recount {
                 pg.recount(io);
             }
-            stats.push(pg.stat());
+            let mut stat = pg.stat();
+            if self.map.pool(pg.id.pool).is_some_and(|p| p.is_cache()) {
+                stat.tier = pg.tier_stat(io.store(), self.map.epoch);
+            }
+            stats.push(stat);
         }
         stats
     }

@@ -81,6 +81,11 @@ pub trait OsdIo {
     /// Copy a whole object (data, attributes, omap) for recovery; the
     /// result comes back through [`crate::OsdCore::object_read`].
     fn read_object(&mut self, oid: ObjectId, done: Done);
+
+    /// Run `ops` on object `oid` of pool `pool` as a client would, ignoring
+    /// the pool's overlay (a cache tier reaching its base pool); the
+    /// answer comes back as [`crate::OsdCore::tier_done`].
+    fn tier_op(&mut self, pool: cairn_types::PoolId, oid: String, ops: Vec<ObjOp>, done: Done);
     /// Send to a peer OSD. Messages to one peer arrive in order or not at
     /// all; a lost connection is reported through
     /// [`crate::OsdCore::peer_reset`].
@@ -132,6 +137,24 @@ pub async fn execute_reads(store: &dyn ObjectStore, oid: &ObjectId, ops: &[ObjOp
             ObjOp::OmapCmp { key, value } => {
                 omap_cmp(store, oid, key, value.as_deref()).map_err(ReadFailure::Op)?;
                 OpOutput::None
+            }
+            ObjOp::CopyGet => {
+                let size = store.stat(oid).map_err(read_failure)?.size;
+                let data = store.read(oid, 0, size).await.map_err(read_failure)?;
+                let attrs = store
+                    .get_attrs(oid)
+                    .map_err(read_failure)?
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with('_'))
+                    .map(|(k, v)| (k, Bytes::from(v)))
+                    .collect();
+                let omap = store
+                    .omap_list(oid, None, usize::MAX)
+                    .map_err(read_failure)?
+                    .into_iter()
+                    .map(|(k, v)| (k, Bytes::from(v)))
+                    .collect();
+                OpOutput::Copy(cairn_wire::ObjectData { data, attrs, omap })
             }
             ObjOp::OmapList { start_after, max } => {
                 let list = store

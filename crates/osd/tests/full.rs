@@ -59,6 +59,10 @@ impl OsdIo for FakeIo {
         let result = ready(execute_reads(&self.store, &oid, &ops));
         self.effects.push_back(Effect::Read(done, result));
     }
+    fn tier_op(&mut self, _pool: u32, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+        unreachable!("no cache tier is set up here");
+    }
+
     fn read_object(&mut self, oid: ObjectId, done: Done) {
         let result = ready(copy_object(&self.store, &oid));
         self.effects.push_back(Effect::Copy(done, result));
@@ -159,6 +163,7 @@ impl Harness {
             pg: self.pg,
             oid: oid.into(),
             ops,
+            ignore_overlay: false,
         };
         self.core.client_op(1, op, &mut self.io);
         self.pump();

@@ -230,6 +230,7 @@ impl SimClient {
                 pg,
                 oid: oid.clone(),
                 ops: Self::ops(&p.kind),
+                ignore_overlay: false,
             },
         })
     }

@@ -149,6 +149,10 @@ impl OsdIo for SimIo<'_> {
         self.effects.push(Effect::Read(done, result));
     }
 
+    fn tier_op(&mut self, _pool: u32, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+        unreachable!("no cache tier is set up here");
+    }
+
     fn read_object(&mut self, oid: ObjectId, done: Done) {
         let result = self
             .store

@@ -399,6 +399,7 @@ mod tests {
                 offset: 0,
                 data: Bytes::from(data),
             }],
+            ignore_overlay: false,
         })
     }
 

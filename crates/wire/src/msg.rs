@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use cairn_map::crush::DeviceReport;
 use cairn_map::{ClusterMap, OsdUsage};
-use cairn_types::{Entity, Epoch, OsdId, PgId, ReqId};
+use cairn_types::{Entity, Epoch, OsdId, PgId, PoolId, ReqId};
 
 use crate::pg::{PgMessage, PgStat, RecoveryCounters};
 use serde::{Deserialize, Serialize};
@@ -123,6 +123,13 @@ pub enum OsdAdminCommand {
     ConfigSet { key: String, value: String },
     /// The OSD's running options, with where each came from.
     ConfigShow,
+    /// Flush every dirty object of the cache pool's PGs this OSD is primary
+    /// for to the base pool, and evict every object (`cairn osd tier
+    /// flush-evict-all`); replies at once, the sweep runs behind client I/O.
+    TierFlushEvictAll { pool: PoolId },
+    /// How far the sweeps of the cache pool's PGs this OSD is primary for
+    /// have come.
+    TierSweepStatus { pool: PoolId },
 }
 
 /// Administrative requests to the monitor. Replies carry JSON.
@@ -209,6 +216,23 @@ pub enum MonCommand {
     /// Every OSD's space and PG count, and every pool's stored bytes and
     /// objects: what `cairn df` and `cairn osd df` print.
     Df,
+    /// `cairn osd tier ...`.
+    OsdTier(TierCommand),
+    /// Client I/O and cache-tier activity per pool (`cairn pool stats`);
+    /// `None`: every pool.
+    PoolStats {
+        pool: Option<String>,
+    },
+}
+
+/// Changes to cache tiering (Ceph's `osd tier` commands).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TierCommand {
+    Add { base: String, cache: String },
+    CacheMode { cache: String, mode: String },
+    SetOverlay { base: String, cache: String },
+    RemoveOverlay { base: String },
+    Rm { base: String, cache: String },
 }
 
 /// Changes to, and listings of, the CRUSH map. Names are bucket names or
@@ -259,6 +283,9 @@ pub struct OsdOp {
     pub pg: PgId,
     pub oid: String,
     pub ops: Vec<ObjOp>,
+    /// Run on the pool addressed even if its map sends its ops to a cache
+    /// pool: set by a cache pool's OSDs reaching the base pool.
+    pub ignore_overlay: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -288,6 +315,9 @@ pub enum ObjOp {
         key: String,
         value: Option<Bytes>,
     },
+    /// The whole object: data, user attributes and omap
+    /// ([`OpOutput::Copy`]); how a cache tier promotes an object.
+    CopyGet,
     // mutations
     Write {
         offset: u64,
@@ -321,6 +351,19 @@ pub enum ObjOp {
     OmapRm {
         keys: Vec<String>,
     },
+    /// Replace the whole object (data, user attributes, omap) with this
+    /// copy, creating it if absent; how a cache tier flushes an object.
+    CopyPut(ObjectData),
+}
+
+/// An object's content without its version: what [`ObjOp::CopyGet`]
+/// returns and [`ObjOp::CopyPut`] installs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectData {
+    #[serde(with = "cairn_types::bulk")]
+    pub data: Bytes,
+    pub attrs: Vec<(String, Bytes)>,
+    pub omap: Vec<(String, Bytes)>,
 }
 
 impl ObjOp {
@@ -333,6 +376,7 @@ impl ObjOp {
                 | ObjOp::OmapGet { .. }
                 | ObjOp::OmapList { .. }
                 | ObjOp::OmapCmp { .. }
+                | ObjOp::CopyGet
         )
     }
 }
@@ -345,6 +389,7 @@ pub enum OpOutput {
     Stat { size: u64 },
     Attr(Option<Bytes>),
     Omap(Vec<(String, Bytes)>),
+    Copy(ObjectData),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -384,6 +384,80 @@ pub struct PgStat {
     /// Objects the last scrub found inconsistent (at most
     /// [`MAX_INCONSISTENT_REPORTED`]).
     pub inconsistent: Vec<Inconsistent>,
+    /// For a PG of a cache pool: its tiering state and counters.
+    pub tier: Option<TierStat>,
+    /// Client I/O the primary took for this PG since it became primary.
+    pub client_io: ClientIo,
+}
+
+/// Client operations counted by a PG's primary: reads (bytes asked for)
+/// and mutations (bytes written).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientIo {
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+}
+
+impl ClientIo {
+    /// Count one client request.
+    pub fn count(&mut self, ops: &[crate::ObjOp]) {
+        use crate::ObjOp;
+        if ops.iter().any(ObjOp::is_mutation) {
+            self.write_ops += 1;
+            self.write_bytes += ops
+                .iter()
+                .map(|o| match o {
+                    ObjOp::Write { data, .. } => data.len() as u64,
+                    ObjOp::CopyPut(c) => c.data.len() as u64,
+                    _ => 0,
+                })
+                .sum::<u64>();
+        } else {
+            self.read_ops += 1;
+            self.read_bytes += ops
+                .iter()
+                .map(|o| match o {
+                    ObjOp::Read { len, .. } => *len,
+                    _ => 0,
+                })
+                .sum::<u64>();
+        }
+    }
+
+    pub fn add(&mut self, o: &ClientIo) {
+        self.read_ops += o.read_ops;
+        self.read_bytes += o.read_bytes;
+        self.write_ops += o.write_ops;
+        self.write_bytes += o.write_bytes;
+    }
+}
+
+/// A cache PG's tiering, as its primary last saw it. Counters run since
+/// the primary took the PG.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStat {
+    /// Dirty objects (not yet flushed to the base pool), counted with the
+    /// objects and bytes.
+    pub dirty: u64,
+    /// Whiteouts among the objects (removals not yet flushed, or flushed
+    /// and not yet evicted).
+    pub whiteouts: u64,
+    /// The map epoch at which `dirty` was counted.
+    pub counted_epoch: Epoch,
+    /// The agent or a sweep is flushing, or evicting, now.
+    pub flushing: bool,
+    pub evicting: bool,
+    /// At the target: writes of new data wait.
+    pub full: bool,
+    pub promotes: u64,
+    pub flushes: u64,
+    pub evicts: u64,
+    pub proxied_reads: u64,
+    pub proxied_writes: u64,
+    /// Writes to objects not in the cache taken without promoting them.
+    pub partial_writes: u64,
 }
 
 /// What an OSD's recovery did since it started, over all its PGs, in any

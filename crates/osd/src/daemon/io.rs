@@ -58,6 +58,14 @@ impl OsdIo for DaemonIo<'_> {
         });
     }
 
+    fn tier_op(&mut self, pool: cairn_types::PoolId, oid: String, ops: Vec<ObjOp>, done: Done) {
+        let osd = self.osd.clone();
+        tokio::spawn(async move {
+            let result = osd.tier_client.op(pool, &oid, ops).await;
+            osd.with_core(|core, io| core.tier_done(done, result, io));
+        });
+    }
+
     fn send(&mut self, to: OsdId, msg: PgMessage) {
         self.osd.peers.send(to, msg);
     }
@@ -115,6 +123,10 @@ impl OsdIo for LoadIo {
     fn read(&mut self, _oid: ObjectId, _ops: Vec<ObjOp>, _done: Done) {}
 
     fn read_object(&mut self, _oid: ObjectId, _done: Done) {}
+
+    fn tier_op(&mut self, _pool: cairn_types::PoolId, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+        unreachable!("no client op runs while the OSD loads its PGs");
+    }
 
     fn send(&mut self, _to: OsdId, _msg: PgMessage) {}
 

@@ -20,6 +20,7 @@ mod io;
 mod mon_client;
 mod peers;
 mod throttle;
+mod tier_client;
 mod usage;
 
 use std::net::SocketAddr;
@@ -134,6 +135,8 @@ pub struct Osd {
     pub(crate) caught_up: std::sync::atomic::AtomicBool,
     /// Bytes stored per primary PG, for the monitor's `df`.
     pub(crate) pg_bytes: Arc<usage::PgBytes>,
+    /// How a cache pool's primaries reach its base pool.
+    pub(crate) tier_client: tier_client::TierClient,
     /// The option schema for runtime configuration, once installed.
     config: std::sync::OnceLock<Arc<dyn ConfigHook>>,
     start: Instant,
@@ -161,6 +164,7 @@ impl Osd {
         let public_addr = local(&listeners.public, public)?;
         let cluster_addr = local(&listeners.cluster, cluster)?;
         let clients = throttle::Clients::new(opts.client_limits);
+        let opts_mon_addr = opts.mon_addr.clone();
         let osd = Arc::new_cyclic(|weak| {
             let start = Instant::now();
             let mut loader = io::LoadIo {
@@ -184,6 +188,7 @@ impl Osd {
                 caught_up: std::sync::atomic::AtomicBool::new(false),
                 pg_bytes: Arc::default(),
                 config: std::sync::OnceLock::new(),
+                tier_client: tier_client::TierClient::new(opts_mon_addr),
                 start,
             }
         });
@@ -354,6 +359,17 @@ impl Osd {
                             self.tell_config_set(&key, &value)
                         }
                         cairn_wire::OsdAdminCommand::ConfigShow => self.config_show(),
+                        cairn_wire::OsdAdminCommand::TierFlushEvictAll { pool } => self
+                            .with_core(|core, io| core.tier_flush_evict_all(pool, io))
+                            .map(|pgs| serde_json::json!({ "pgs": pgs }).to_string()),
+                        cairn_wire::OsdAdminCommand::TierSweepStatus { pool } => {
+                            let sweeps = self.with_core(|core, _| core.tier_sweeps(pool));
+                            let pgs: serde_json::Map<String, serde_json::Value> = sweeps
+                                .into_iter()
+                                .map(|(pg, v)| (pg.to_string(), v))
+                                .collect();
+                            Ok(serde_json::Value::Object(pgs).to_string())
+                        }
                     };
                     conn.sender.send(Message::OsdAdminReply { tid, result });
                 }

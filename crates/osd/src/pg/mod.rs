@@ -23,6 +23,7 @@ mod replica;
 mod scrub;
 mod split;
 mod stats;
+pub(crate) mod tier;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -50,6 +51,20 @@ pub(crate) struct Ctx<'a> {
     pub next_id: &'a mut u64,
     pub slots: &'a mut Slots,
     pub requests: &'a mut MonRequests,
+    /// Answers to the cache tier's own writes ([`tier::TIER_CLIENT`]),
+    /// handed to their PG once the event is handled.
+    pub tier_replies: Vec<(PgId, u64, Result<Vec<cairn_wire::OpOutput>, OpError>)>,
+}
+
+impl Ctx<'_> {
+    /// Answer a client op; the cache tier's own go to `tier_replies`.
+    pub fn reply_to(&mut self, pg: PgId, client: ClientId, reply: OsdOpReply) {
+        if client == tier::TIER_CLIENT {
+            self.tier_replies.push((pg, reply.tid, reply.result));
+        } else {
+            self.io.reply(client, reply);
+        }
+    }
 }
 
 /// What this OSD last asked the monitor, so that its PGs do not repeat it
@@ -211,6 +226,12 @@ pub(crate) enum Wait {
     },
     /// A commit nobody waits for beyond durability.
     Quiet,
+    /// A cache tier's op on the base pool, or its read of an object to flush.
+    Tier {
+        act: ActId,
+        oid: String,
+        step: tier::Step,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -251,6 +272,8 @@ pub(crate) struct PrimaryState {
     pub pushes: HashMap<u64, recovery::Push>,
     /// Recovery pushes of an object still unacknowledged.
     pub push_waiting: HashMap<String, usize>,
+    /// Cache tiering, for a PG of a cache pool.
+    pub tier: Option<Box<tier::TierPg>>,
 }
 
 #[derive(Clone, Debug)]
@@ -313,6 +336,8 @@ pub struct Pg {
     /// data of the PG.
     pub(crate) strays: BTreeMap<OsdId, PgInfo>,
     pub(crate) counters: Counters,
+    /// Client requests taken as primary since this OSD started.
+    pub(crate) client_io: cairn_wire::ClientIo,
     pub(crate) objects_estimate: u64,
     /// What peering learned, kept until activation.
     pub(crate) peered: Option<Box<peering::Peered>>,
@@ -404,6 +429,7 @@ impl Pg {
             waiting_active: VecDeque::new(),
             strays: BTreeMap::new(),
             counters: Counters::default(),
+            client_io: Default::default(),
             objects_estimate: 0,
             peered: None,
             retry_at: Duration::ZERO,
@@ -536,8 +562,13 @@ impl Pg {
         let Some(primary) = self.primary.take() else {
             return;
         };
+        let mut primary = primary;
+        let tier = primary.tier.take();
         for inflight in primary.inflight.into_values() {
             for (client, tid) in inflight.clients {
+                if client == tier::TIER_CLIENT {
+                    continue; // its client op is held again below
+                }
                 ctx.io.reply(
                     client,
                     OsdOpReply {
@@ -549,6 +580,9 @@ impl Pg {
         }
         for obj in primary.objects.into_values() {
             self.waiting_active.extend(obj.waiting);
+        }
+        if let Some(tier) = tier {
+            self.waiting_active.extend(tier.into_held_ops());
         }
         ctx.slots.release_pg(self.id);
         if primary.backfill_slot {
@@ -630,7 +664,7 @@ impl Pg {
                     tracing::error!("pg {}: commit failed: {e}", self.id);
                 }
             }
-            Wait::Read { .. } | Wait::Copy { .. } => {
+            Wait::Read { .. } | Wait::Copy { .. } | Wait::Tier { .. } => {
                 unreachable!("pg {}: a read completed as a commit", self.id)
             }
         }
@@ -847,7 +881,8 @@ pub(crate) fn reply(
     op: &ClientOp,
     result: Result<Vec<cairn_wire::OpOutput>, OpError>,
 ) {
-    ctx.io.reply(
+    ctx.reply_to(
+        op.op.pg,
         op.client,
         OsdOpReply {
             tid: op.op.tid,

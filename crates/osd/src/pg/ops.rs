@@ -25,7 +25,7 @@ use cairn_types::{OsdId, PgId, Version};
 use cairn_wire::{ActId, LogEntry, LogOp, ObjOp, OpError, OpOutput, PgBody};
 
 use super::persist::{self, VERSION_ATTR};
-use super::{reply, ClientOp, Ctx, Pg, Phase, Wait, MAX_WAITING_OPS};
+use super::{reply, tier, ClientOp, Ctx, Pg, Phase, Wait, MAX_WAITING_OPS};
 use crate::io::{store_error, Done, ReadFailure, ReadResult};
 
 /// A write in flight on the primary.
@@ -57,6 +57,7 @@ fn needs_object_state(ops: &[ObjOp]) -> bool {
                 | ObjOp::Create { .. }
                 | ObjOp::OmapInsert { .. }
                 | ObjOp::OmapRm { .. }
+                | ObjOp::CopyPut(_)
         ) || !op.is_mutation()
     })
 }
@@ -99,8 +100,15 @@ impl Pg {
         let Some(op) = self.admit(ctx, op) else {
             return;
         };
+        if op.client == tier::TIER_CLIENT {
+            let write = self.internal_tier_write(op.op.tid);
+            return self.do_write_tiered(ctx, op, write);
+        }
+        if tier::cache_of(ctx, self.id.pool).is_some() {
+            return self.tier_client_op(ctx, op);
+        }
         if op.op.ops.iter().any(ObjOp::is_mutation) {
-            self.do_write(ctx, op);
+            self.do_write_tiered(ctx, op, None);
         } else {
             self.do_read(ctx, op);
         }
@@ -179,7 +187,9 @@ impl Pg {
             self.kick_recovery(ctx);
             return None;
         }
-        if needs_object_state(&op.op.ops) {
+        // On a cache every op depends on the object's cache state.
+        let cache = ctx.map.pool(self.id.pool).is_some_and(|p| p.is_cache());
+        if cache || needs_object_state(&op.op.ops) {
             if let Some(obj) = primary.objects.get_mut(&oid) {
                 if obj.pending_writes > 0 {
                     obj.waiting.push(op);
@@ -272,7 +282,7 @@ impl Pg {
         }
     }
 
-    fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+    pub(crate) fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
         let Some(act) = self.primary.as_ref().map(|p| p.act) else {
             return self.hold(ctx, op);
         };
@@ -307,9 +317,17 @@ impl Pg {
         reply(ctx, &op, result);
     }
 
-    fn do_write(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+    /// Apply a mutation; `tier`: how it changes the object's cache state
+    /// (on a cache pool).
+    pub(crate) fn do_write_tiered(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        op: ClientOp,
+        tier: Option<tier::TierWrite>,
+    ) {
+        let internal = op.client == tier::TIER_CLIENT;
         // Exactly once: a request already applied gets its outcome.
-        if let Some(version) = self.log.find_reqid(&op.op.reqid) {
+        if let Some(version) = self.log.find_reqid(&op.op.reqid).filter(|_| !internal) {
             let primary = self
                 .primary
                 .as_mut()
@@ -337,17 +355,21 @@ impl Pg {
             Ok(prior) => prior,
             Err(e) => return reply(ctx, &op, Err(OpError::Io(e))),
         };
-        let (data, exists) = match build_mutation(store, &oid, &op.op.ops, version) {
+        let fresh = tier.as_ref().is_some_and(|t| t.fresh);
+        let (mut data, mut exists) = match build_mutation(store, &oid, &op.op.ops, version, fresh) {
             Ok(built) => built,
             Err(e) => return reply(ctx, &op, Err(e)),
         };
+        if let Some(t) = &tier {
+            exists = self.apply_tier_write(ctx, &oid, t, version, &mut data, exists);
+        }
         if let Err(e) = data.validate() {
             return reply(ctx, &op, Err(store_error(e)));
         }
         let entry = LogEntry {
             version,
             prior_version: prior.unwrap_or(Version::ZERO),
-            reqid: Some(op.op.reqid),
+            reqid: (!internal).then_some(op.op.reqid),
             oid: op.op.oid.clone(),
             op: if exists { LogOp::Modify } else { LogOp::Delete },
             superseded: Vec::new(),
@@ -498,7 +520,8 @@ impl Pg {
             .client_write(now, now.saturating_sub(inflight.arrived));
         for (client, tid) in inflight.clients {
             let outputs = vec![OpOutput::None; inflight.outputs];
-            ctx.io.reply(
+            ctx.reply_to(
+                self.id,
                 client,
                 cairn_wire::OsdOpReply {
                     tid,
@@ -566,10 +589,20 @@ fn build_mutation(
     oid: &ObjectId,
     ops: &[ObjOp],
     version: Version,
+    fresh: bool,
 ) -> Result<(Transaction, bool), OpError> {
     let mut txn = Transaction::new();
     let mut size = None;
-    if needs_object_state(ops) {
+    if fresh {
+        // Whatever is here (a cache's whiteout) goes; the ops see nothing.
+        match store.stat(oid) {
+            Ok(_) => {
+                txn.remove(oid);
+            }
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+    } else if needs_object_state(ops) {
         size = match store.stat(oid) {
             Ok(stat) => Some(stat.size),
             Err(StoreError::NotFound(_)) => None,
@@ -659,6 +692,31 @@ fn build_mutation(
                 }
             }
             ObjOp::OmapCmp { .. } => {}
+            ObjOp::CopyPut(copy) => {
+                if copy.data.len() as u64 > MAX_OBJECT_SIZE {
+                    return Err(OpError::Invalid(
+                        "copy larger than the maximum object size".into(),
+                    ));
+                }
+                if exists {
+                    txn.remove(oid);
+                }
+                txn.touch(oid);
+                if !copy.data.is_empty() {
+                    txn.write(oid, 0, copy.data.clone());
+                }
+                for (key, value) in &copy.attrs {
+                    if key.starts_with('_') {
+                        return Err(OpError::Invalid(format!("attribute {key:?} is reserved")));
+                    }
+                    txn.set_attr(oid, key, value.clone());
+                }
+                if !copy.omap.is_empty() {
+                    txn.omap_set(oid, copy.omap.clone());
+                }
+                exists = true;
+                size = Some(copy.data.len() as u64);
+            }
             _ => return Err(OpError::Invalid("read op in a write request".into())),
         }
     }

@@ -71,6 +71,7 @@ impl PrimaryState {
             pulls: HashMap::new(),
             pushes: HashMap::new(),
             push_waiting: HashMap::new(),
+            tier: None,
         }
     }
 
@@ -416,6 +417,9 @@ impl Pg {
 
     /// A copy read by this PG is in.
     pub(crate) fn object_read(&mut self, ctx: &mut Ctx<'_>, wait: Wait, result: CopyResult) {
+        if let Wait::Tier { act, oid, step } = wait {
+            return self.flush_read(ctx, act, oid, step, result);
+        }
         let Wait::Copy { act, oid, purpose } = wait else {
             unreachable!("pg {}: a commit completed as a read", self.id);
         };

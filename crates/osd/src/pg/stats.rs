@@ -57,6 +57,9 @@ impl Pg {
                 .take(cairn_wire::MAX_INCONSISTENT_REPORTED)
                 .cloned()
                 .collect(),
+            // Filled in by the core for a cache pool's PG.
+            tier: None,
+            client_io: self.client_io,
         }
     }
 

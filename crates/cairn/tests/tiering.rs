@@ -1,0 +1,375 @@
+//! Cache tiering against a real cluster: the `osd tier` commands and their
+//! refusals, writeback semantics (writes land in the cache, cold reads are
+//! proxied until the hit sets say promote, partial writes, whiteouts),
+//! flush-evict-all, and taking a tier away without losing a write.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cairn_client::{ClientError, Cluster};
+use cairn_types::PoolId;
+use cairn_wire::{ObjOp, OpError, OpOutput};
+use common::{pattern, TestCluster};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A cluster with pool `base` and an empty pool `cache` (8 PGs each).
+fn two_pools(osds: u32) -> TestCluster {
+    let cluster = TestCluster::up(osds);
+    for pool in ["base", "cache"] {
+        cluster.ok(&[
+            "pool",
+            "create",
+            pool,
+            "--pg-num",
+            "8",
+            "--size",
+            "2",
+            "--min-size",
+            "1",
+        ]);
+    }
+    cluster
+}
+
+/// `pool stats POOL` as JSON.
+fn pool_stats(cluster: &TestCluster, pool: &str) -> Value {
+    let v: Value = serde_json::from_str(&cluster.ok(&["--json", "pool", "stats", pool]))
+        .expect("pool stats json");
+    v[0].clone()
+}
+
+/// Poll `pool stats CACHE` until `check` holds on its `cache_io`.
+fn wait_cache_stats(
+    cluster: &TestCluster,
+    cache: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let v = pool_stats(cluster, cache);
+        if v["cache_io"]["pgs_reporting"] == 8 && check(&v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{what}: pool stats never showed it: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn epoch(cluster: &TestCluster) -> u64 {
+    cluster.status()["epoch"].as_u64().expect("epoch")
+}
+
+async fn read(c: &Cluster, pool: PoolId, oid: &str, direct: bool) -> Result<Vec<u8>, ClientError> {
+    let ops = vec![ObjOp::Read {
+        offset: 0,
+        len: 1 << 22,
+    }];
+    let out = if direct {
+        c.op_ignoring_overlay(pool, oid, ops).await?
+    } else {
+        c.op(pool, oid, ops).await?
+    };
+    match out.into_iter().next() {
+        Some(OpOutput::Data(d)) => Ok(d.to_vec()),
+        other => panic!("read of {oid} answered {other:?}"),
+    }
+}
+
+async fn write(c: &Cluster, pool: PoolId, oid: &str, offset: u64, data: &[u8]) {
+    let ops = vec![ObjOp::Write {
+        offset,
+        data: Bytes::copy_from_slice(data),
+    }];
+    tokio::time::timeout(WAIT, c.op(pool, oid, ops))
+        .await
+        .expect("write hung")
+        .expect("write");
+}
+
+fn not_found(r: Result<Vec<u8>, ClientError>) -> bool {
+    matches!(r, Err(ClientError::Op(OpError::NotFound)))
+}
+
+#[test]
+fn tier_commands_refuse_bad_input_and_change_nothing() {
+    let cluster = two_pools(3);
+    cluster.ok(&["pool", "create", "other", "--pg-num", "8"]);
+    let bad = |args: &[&str], why: &str| {
+        let before = epoch(&cluster);
+        let err = cluster.fails(args);
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert_eq!(epoch(&cluster), before, "{args:?} changed the map");
+    };
+    bad(&["osd", "tier", "add", "base", "base"], "tier of itself");
+    bad(
+        &["osd", "tier", "cache-mode", "cache", "writeback"],
+        "not a cache tier",
+    );
+    bad(
+        &["pool", "set", "cache", "target_max_objects", "10"],
+        "not one",
+    );
+    cluster.ok(&["osd", "tier", "add", "base", "cache"]);
+    bad(
+        &["osd", "tier", "add", "base", "other"],
+        "already has a cache tier",
+    );
+    bad(
+        &["osd", "tier", "add", "other", "cache"],
+        "already a cache tier",
+    );
+    bad(
+        &["osd", "tier", "add", "cache", "other"],
+        "cache over a cache",
+    );
+    bad(
+        &["osd", "tier", "add", "other", "base"],
+        "cache over a cache",
+    );
+    bad(
+        &["osd", "tier", "set-overlay", "other", "cache"],
+        "not of 'other'",
+    );
+    bad(
+        &["pool", "set", "cache", "cache_target_dirty_ratio", "1.5"],
+        "between 0 and 1",
+    );
+    bad(
+        &["pool", "set", "cache", "cache_target_full_ratio", "2"],
+        "between 0 and 1",
+    );
+    bad(
+        &[
+            "pool",
+            "set",
+            "cache",
+            "cache_target_dirty_high_ratio",
+            "0.3",
+        ],
+        "below cache_target_dirty_ratio",
+    );
+    bad(
+        &["pool", "set", "cache", "hit_set_count", "many"],
+        "whole number",
+    );
+    bad(
+        &["pool", "set", "cache", "cache_target_dirty_rato", "0.3"],
+        "unknown pool setting",
+    );
+    bad(
+        &["pool", "rm", "cache", "--yes-i-really-mean-it"],
+        "osd tier rm",
+    );
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "writeback"]);
+    cluster.ok(&["osd", "tier", "set-overlay", "base", "cache"]);
+    bad(&["osd", "tier", "remove-overlay", "base"], "writeback mode");
+    bad(&["osd", "tier", "rm", "base", "cache"], "remove-overlay");
+    // The settings are there to read, the targets unset is warned about.
+    let get: Value =
+        serde_json::from_str(&cluster.ok(&["--json", "pool", "get", "cache"])).expect("get");
+    assert_eq!(get["cache_mode"], "writeback", "{get}");
+    assert_eq!(get["hit_set_count"], 12, "{get}");
+    assert_eq!(get["cache_target_dirty_ratio"], 0.4, "{get}");
+    assert_eq!(get["tier_of"], "base", "{get}");
+    let status = cluster.ok(&["health", "detail"]);
+    assert!(status.contains("CACHE_POOL_NO_TARGET"), "{status}");
+    cluster.ok(&["pool", "set", "cache", "target_max_objects", "1000"]);
+    let status = cluster.ok(&["health", "detail"]);
+    assert!(!status.contains("CACHE_POOL_NO_TARGET"), "{status}");
+}
+
+/// Base and cache, writeback, overlay set; hit sets of 2 s, promotion on
+/// the second period a read is seen in.
+async fn writeback(cluster: &TestCluster) -> (Arc<Cluster>, PoolId, PoolId) {
+    let c = cluster.client().await;
+    let base = c.pool_id("base").expect("base");
+    let cache = c.pool_id("cache").expect("cache");
+    // An object in the base pool before the tier exists.
+    write(&c, base, "old", 0, &pattern(1, 100_000)).await;
+    cluster.ok(&["osd", "tier", "add", "base", "cache"]);
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "writeback"]);
+    for (k, v) in [
+        ("hit_set_period", "2"),
+        ("hit_set_count", "4"),
+        ("min_read_recency_for_promote", "2"),
+        ("target_max_objects", "1000"),
+    ] {
+        cluster.ok(&["pool", "set", "cache", k, v]);
+    }
+    cluster.ok(&["osd", "tier", "set-overlay", "base", "cache"]);
+    let e = epoch(cluster) as u32;
+    c.wait_for_epoch(e).await.expect("map");
+    (c, base, cache)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writeback_proxies_promotes_writes_partially_and_flushes() {
+    let cluster = two_pools(3);
+    let (c, base, _cache) = writeback(&cluster).await;
+
+    // A cold object is read through the cache without being promoted ...
+    assert_eq!(
+        read(&c, base, "old", false).await.expect("read"),
+        pattern(1, 100_000)
+    );
+    assert_eq!(
+        read(&c, base, "old", false).await.expect("read"),
+        pattern(1, 100_000)
+    );
+    let v = wait_cache_stats(&cluster, "cache", "proxied reads", |v| {
+        v["cache_io"]["proxied_reads"].as_u64() >= Some(2)
+    });
+    assert_eq!(v["cache_io"]["promotes"], 0, "promoted too early: {v}");
+    // ... until it is seen in a second hit-set period.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        read(&c, base, "old", false).await.expect("read"),
+        pattern(1, 100_000)
+    );
+    wait_cache_stats(&cluster, "cache", "a promotion", |v| {
+        v["cache_io"]["promotes"] == 1
+    });
+
+    // A small write to an object the cache does not hold lands in the
+    // cache alone, without promoting the object.
+    let mut model = pattern(2, 300_000);
+    c.op_ignoring_overlay(
+        base,
+        "part",
+        vec![ObjOp::Write {
+            offset: 0,
+            data: Bytes::from(model.clone()),
+        }],
+    )
+    .await
+    .expect("seed base");
+    // An object the base pool never had, written through the cache.
+    write(&c, base, "new", 0, b"x").await;
+    write(&c, base, "part", 4096, &pattern(3, 4096)).await;
+    model[4096..8192].copy_from_slice(&pattern(3, 4096));
+    let v = wait_cache_stats(&cluster, "cache", "partial write", |v| {
+        v["cache_io"]["partial_writes"].as_u64() >= Some(1)
+    });
+    assert_eq!(v["cache_io"]["promotes"], 1, "a write promoted: {v}");
+    assert_eq!(
+        read(&c, base, "part", true).await.expect("base read"),
+        pattern(2, 300_000),
+        "the base pool has not seen the write yet"
+    );
+    // Reading it fills the rest from the base pool.
+    assert_eq!(read(&c, base, "part", false).await.expect("read"), model);
+
+    // A removal is a whiteout until flushed.
+    c.op(base, "old", vec![ObjOp::Remove])
+        .await
+        .expect("remove");
+    assert!(not_found(read(&c, base, "old", false).await));
+    assert_eq!(
+        read(&c, base, "old", true).await.expect("base still"),
+        pattern(1, 100_000)
+    );
+    assert!(matches!(
+        c.op(base, "old", vec![ObjOp::Remove]).await,
+        Err(ClientError::Op(OpError::NotFound))
+    ));
+    let v = wait_cache_stats(&cluster, "cache", "whiteout", |v| {
+        v["cache_io"]["whiteouts"] == 1
+    });
+    assert!(v["cache_io"]["dirty_objects"].as_u64() >= Some(3), "{v}");
+
+    // flush-evict-all sends everything back and empties the cache.
+    let out = cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    assert!(out.contains("flushed"), "{out}");
+    assert!(
+        not_found(read(&c, base, "old", true).await),
+        "the whiteout was flushed"
+    );
+    assert_eq!(read(&c, base, "part", true).await.expect("base"), model);
+    assert_eq!(
+        read(&c, base, "new", true).await.expect("base"),
+        b"x".to_vec()
+    );
+    wait_cache_stats(&cluster, "cache", "empty cache", |v| {
+        v["objects"] == 0 && v["cache_io"]["dirty_objects"] == 0
+    });
+    // Everything still reads back through the cache.
+    assert_eq!(read(&c, base, "part", false).await.expect("read"), model);
+    assert!(not_found(read(&c, base, "old", false).await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_is_removed_only_once_nothing_dirty_is_left() {
+    let cluster = two_pools(3);
+    let (c, base, _cache) = writeback(&cluster).await;
+    // Omap writes to objects not in the cache promote them at once.
+    cluster.ok(&["pool", "set", "cache", "min_write_recency_for_promote", "0"]);
+    let e = epoch(&cluster) as u32;
+    c.wait_for_epoch(e).await.expect("map");
+    let data = pattern(9, 65536);
+    write(&c, base, "d", 0, &data).await;
+    c.op(
+        base,
+        "h",
+        vec![ObjOp::OmapSet {
+            entries: vec![("k".into(), Bytes::from_static(b"v"))],
+        }],
+    )
+    .await
+    .expect("omap");
+    wait_cache_stats(&cluster, "cache", "dirty", |v| {
+        v["cache_io"]["dirty_objects"] == 2
+    });
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "none"]);
+    let err = cluster.fails(&["osd", "tier", "remove-overlay", "base"]);
+    assert!(
+        err.contains("dirty") || err.contains("not reported"),
+        "{err}"
+    );
+    let err = cluster.fails(&["osd", "tier", "rm", "base", "cache"]);
+    assert!(
+        err.contains("remove-overlay") || err.contains("dirty"),
+        "{err}"
+    );
+    // In mode none, ops go to the base pool (a dirty object is flushed first).
+    assert_eq!(read(&c, base, "d", false).await.expect("read"), data);
+    cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    let start = Instant::now();
+    loop {
+        let out = cluster.cairn(&["osd", "tier", "remove-overlay", "base"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    cluster.ok(&["osd", "tier", "rm", "base", "cache"]);
+    assert_eq!(read(&c, base, "d", false).await.expect("read"), data);
+    let out = c
+        .op(
+            base,
+            "h",
+            vec![ObjOp::OmapGet {
+                keys: vec!["k".into()],
+            }],
+        )
+        .await
+        .expect("omap get");
+    assert_eq!(
+        out,
+        vec![OpOutput::Omap(vec![("k".into(), Bytes::from_static(b"v"))])]
+    );
+}

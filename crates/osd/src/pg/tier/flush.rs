@@ -1,0 +1,326 @@
+//! Flushing (sending a dirty object back to the base pool, then marking
+//! it clean or evicting it) and evicting (dropping a clean object), one
+//! object at a time per call; and the sweep of `cairn osd tier
+//! flush-evict-all`, which does both for every object of the PG, a few at
+//! a time behind client I/O.
+
+use std::collections::VecDeque;
+
+use cairn_store::ObjectId;
+use cairn_wire::{ActId, ObjOp, ObjectData, OpError, OpOutput};
+use serde::Serialize;
+
+use super::meta::{self, ObjMeta, TIER_ATTR};
+use super::{cache_of, After, Step, TierWrite};
+use crate::io::{CopyResult, Done};
+use crate::pg::{ClientOp, Ctx, Pg, Wait};
+
+/// Objects a sweep flushes or evicts at once, per PG.
+pub const SWEEP_PARALLEL: usize = 4;
+
+/// A flush-evict-all sweep of one PG.
+#[derive(Debug, Default, Serialize)]
+pub struct Sweep {
+    #[serde(skip)]
+    queue: VecDeque<String>,
+    pub remaining: usize,
+    pub in_flight: usize,
+    pub flushed: u64,
+    pub evicted: u64,
+    pub failed: u64,
+}
+
+impl Sweep {
+    pub fn finished(&self) -> bool {
+        self.queue.is_empty() && self.in_flight == 0
+    }
+
+    pub(crate) fn one_done(&mut self, ok: bool) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if !ok {
+            self.failed += 1;
+        }
+    }
+}
+
+impl Pg {
+    /// Mark `oid` busy, with `then` the first op to run once it is free.
+    fn hold_object(&mut self, oid: &str, then: Option<ClientOp>) {
+        if let Some(tier) = self.tier_mut() {
+            let busy = tier.busy.entry(oid.to_string()).or_default();
+            if let Some(op) = then {
+                busy.waiting.push_front(op);
+            }
+        }
+    }
+
+    /// Flush `oid` (dirty) to the base pool; evict it after if `evict`.
+    pub(crate) fn flush(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: &str,
+        evict: bool,
+        then: Option<ClientOp>,
+        sweep: bool,
+    ) {
+        let Some(act) = self.primary.as_ref().map(|p| p.act) else {
+            return;
+        };
+        self.hold_object(oid, then);
+        let id = ctx.id();
+        self.waits.insert(
+            id,
+            Wait::Tier {
+                act,
+                oid: oid.to_string(),
+                step: Step::FlushRead { evict, sweep },
+            },
+        );
+        ctx.io.read_object(
+            ObjectId::new(self.id, oid.to_string()),
+            Done { pg: self.id, id },
+        );
+    }
+
+    /// The object to flush was read here: send it to the base pool.
+    pub(crate) fn flush_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        act: ActId,
+        oid: String,
+        step: Step,
+        result: CopyResult,
+    ) {
+        let Step::FlushRead { evict, sweep } = step else {
+            unreachable!("pg {}: a base op completed as a local read", self.id);
+        };
+        if self.primary.as_ref().map(|p| p.act) != Some(act) {
+            return;
+        }
+        let fail = |pg: &mut Pg, ctx: &mut Ctx<'_>, why: String| {
+            tracing::warn!("pg {}: cannot flush {oid:?}: {why}", pg.id);
+            pg.tier_step_failed(ctx, &oid, sweep);
+        };
+        let copy = match result {
+            Ok(Some(copy)) => copy,
+            Ok(None) => return self.tier_step_failed(ctx, &oid, sweep),
+            Err(e) => return fail(self, ctx, e.to_string()),
+        };
+        let meta: ObjMeta = match copy.attrs.iter().find(|(k, _)| k == TIER_ATTR) {
+            Some((_, v)) => match crate::pg::persist::decode(v) {
+                Ok(m) => m,
+                Err(e) => return fail(self, ctx, format!("its cache state is undecodable: {e}")),
+            },
+            None => ObjMeta {
+                dirty: true,
+                ..ObjMeta::default()
+            },
+        };
+        let Some((base, _, _)) = cache_of(ctx, self.id.pool) else {
+            return fail(self, ctx, "the pool is no longer a cache tier".into());
+        };
+        let data = copy.data.unwrap_or_default();
+        let ops = if meta.whiteout {
+            vec![ObjOp::Remove]
+        } else if let Some(extents) = &meta.partial {
+            let mut ops: Vec<ObjOp> = extents
+                .iter()
+                .filter(|(off, _)| (*off as usize) < data.len())
+                .map(|&(off, len)| {
+                    let end = ((off + len) as usize).min(data.len());
+                    ObjOp::Write {
+                        offset: off,
+                        data: data.slice(off as usize..end),
+                    }
+                })
+                .collect();
+            if ops.is_empty() {
+                ops.push(ObjOp::Create { exclusive: false });
+            }
+            ops
+        } else {
+            vec![ObjOp::CopyPut(ObjectData {
+                data,
+                attrs: copy
+                    .attrs
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with('_'))
+                    .collect(),
+                omap: copy.omap,
+            })]
+        };
+        self.base_op(ctx, base, oid, ops, Step::FlushPut { evict, sweep, meta });
+    }
+
+    /// The base pool took (or refused) a flushed object.
+    pub(crate) fn flushed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: String,
+        evict: bool,
+        sweep: bool,
+        meta: ObjMeta,
+        result: Result<Vec<OpOutput>, OpError>,
+    ) {
+        match result {
+            Ok(_) => {}
+            // A whiteout of an object the base pool never had.
+            Err(OpError::NotFound) if meta.whiteout => {}
+            Err(e) => {
+                tracing::warn!(
+                    "pg {}: flushing {oid:?} to the base pool failed: {e}",
+                    self.id
+                );
+                return self.tier_step_failed(ctx, &oid, sweep);
+            }
+        }
+        if let Some(tier) = self.tier_mut() {
+            tier.counters.flushes += 1;
+            if sweep {
+                if let Some(s) = tier.sweep.as_mut() {
+                    s.flushed += 1;
+                }
+            }
+        }
+        if evict {
+            return self.evict_now(ctx, &oid, sweep);
+        }
+        let clean = ObjMeta {
+            dirty: false,
+            dirty_since: 0,
+            ..meta
+        };
+        let write = TierWrite {
+            meta: Some(clean),
+            fresh: false,
+            whiteout_on_remove: false,
+        };
+        let ops = vec![ObjOp::Create { exclusive: false }];
+        self.internal_write(ctx, &oid, ops, write, After::Done { sweep });
+    }
+
+    /// Evict `oid` (clean), then run `then`.
+    pub(crate) fn evict(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: &str,
+        then: Option<ClientOp>,
+        sweep: bool,
+    ) {
+        self.hold_object(oid, then);
+        self.evict_now(ctx, oid, sweep);
+    }
+
+    fn evict_now(&mut self, ctx: &mut Ctx<'_>, oid: &str, sweep: bool) {
+        if let Some(tier) = self.tier_mut() {
+            tier.counters.evicts += 1;
+            if sweep {
+                if let Some(s) = tier.sweep.as_mut() {
+                    s.evicted += 1;
+                }
+            }
+        }
+        let write = TierWrite {
+            meta: None,
+            fresh: false,
+            whiteout_on_remove: false,
+        };
+        self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { sweep });
+    }
+
+    /// A flush or eviction could not be done: the object stays as it is.
+    fn tier_step_failed(&mut self, ctx: &mut Ctx<'_>, oid: &str, sweep: bool) {
+        if sweep {
+            if let Some(s) = self.tier_mut().and_then(|t| t.sweep.as_mut()) {
+                s.one_done(false);
+            }
+        }
+        self.unbusy(ctx, oid, None);
+        self.kick_sweep(ctx);
+    }
+
+    /// Start flushing and evicting every object of this PG.
+    pub(crate) fn start_sweep(&mut self, ctx: &mut Ctx<'_>) -> Result<(), String> {
+        if self.primary.is_none() {
+            return Err(format!("pg {} is not active here", self.id));
+        }
+        let names = ctx
+            .io
+            .store()
+            .list_objects(self.id)
+            .map_err(|e| format!("pg {}: cannot list objects: {e}", self.id))?;
+        let queue: VecDeque<String> = names
+            .into_iter()
+            .filter(|n| !crate::pg::persist::is_internal(n))
+            .collect();
+        if let Some(tier) = self.tier_mut() {
+            tier.sweep = Some(Sweep {
+                remaining: queue.len(),
+                queue,
+                ..Sweep::default()
+            });
+        }
+        self.kick_sweep(ctx);
+        Ok(())
+    }
+
+    /// Start the next objects of a sweep, up to [`SWEEP_PARALLEL`].
+    pub(crate) fn kick_sweep(&mut self, ctx: &mut Ctx<'_>) {
+        let mut passes = 0;
+        loop {
+            let Some(tier) = self.tier_mut() else {
+                return;
+            };
+            let Some(sweep) = tier.sweep.as_mut() else {
+                return;
+            };
+            if sweep.in_flight >= SWEEP_PARALLEL || passes > sweep.queue.len() {
+                return;
+            }
+            let Some(oid) = sweep.queue.pop_front() else {
+                return;
+            };
+            passes += 1;
+            if tier.busy.contains_key(&oid) {
+                // A client op has it: come back to it.
+                if let Some(s) = tier.sweep.as_mut() {
+                    s.queue.push_back(oid);
+                }
+                continue;
+            }
+            let pending = self
+                .primary
+                .as_ref()
+                .and_then(|p| p.objects.get(&oid))
+                .is_some_and(|o| o.pending_writes > 0);
+            if pending {
+                if let Some(s) = self.tier_mut().and_then(|t| t.sweep.as_mut()) {
+                    s.queue.push_back(oid);
+                }
+                continue;
+            }
+            let state = meta::read_state(ctx.io.store(), &ObjectId::new(self.id, oid.clone()));
+            let pg = self.id;
+            let Some(sweep) = self.tier_mut().and_then(|t| t.sweep.as_mut()) else {
+                return;
+            };
+            sweep.remaining = sweep.queue.len();
+            match state {
+                Ok(meta::CacheState::Absent) => continue,
+                Ok(s) => {
+                    sweep.in_flight += 1;
+                    passes = 0;
+                    if s.is_dirty() {
+                        self.flush(ctx, &oid, true, None, true);
+                    } else {
+                        self.evict(ctx, &oid, None, true);
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!("pg {pg}: sweep: {why}");
+                    sweep.failed += 1;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,743 @@
+//! Cache tiering on a cache pool's primary: which client ops run here,
+//! which are passed to the base pool (proxied), which first bring the
+//! object here (promote), and the flushes and evictions that send dirty
+//! objects back and drop clean ones ([`flush`]).
+//!
+//! The primary is the one place an object of the cache is decided on: a
+//! client op on an object with a tier step in flight (a proxied op, a
+//! promotion, a flush, an eviction) waits for it, so the base pool and the
+//! cache never disagree about an object in a way a client could see.
+//! What the cache holds of each object is in its `_tier` attribute
+//! ([`meta`]), written in the same transaction as the data and replicated
+//! with it; a removal is kept as a whiteout until flushed. A write to an
+//! object the cache does not hold is taken as a *partial* object (only the
+//! written ranges) instead of promoting the whole object first; the rest
+//! is fetched when something else needs it.
+//!
+//! Writes this module makes in the cache (promotions, marking clean,
+//! evictions) go through the ordinary write path as ops of the internal
+//! client [`TIER_CLIENT`], so they are logged and replicated like any
+//! write. It must never acknowledge a client write before the ordinary
+//! path does, nor evict an object that is dirty.
+
+pub mod flush;
+pub mod hitset;
+pub mod meta;
+
+use std::collections::{HashMap, VecDeque};
+
+use cairn_map::{CacheMode, TierParams};
+use cairn_store::ObjectId;
+use cairn_types::{PoolId, ReqId};
+use cairn_wire::{ActId, ObjOp, ObjectData, OpError, OpOutput, OsdOp, TierStat};
+
+use super::{reply, ClientOp, Ctx, Pg, Wait};
+use crate::io::{ClientId, Done};
+use hitset::HitSets;
+use meta::{CacheState, ObjMeta};
+
+/// The client id of the cache's own writes; no connection has it.
+pub(crate) const TIER_CLIENT: ClientId = u64::MAX;
+
+/// Client ops waiting on objects with a tier step in flight, per PG, at
+/// most; beyond it they are refused with `Retry` (the client resends).
+pub const MAX_TIER_WAITING: usize = 4096;
+
+/// How a cache-pool write changes the object's `_tier` attribute.
+#[derive(Clone, Debug)]
+pub(crate) struct TierWrite {
+    /// Written with the data (`None`: unchanged).
+    pub meta: Option<ObjMeta>,
+    /// Start from nothing: the object here (a whiteout) is replaced.
+    pub fresh: bool,
+    /// A request that removes the object leaves a whiteout instead.
+    pub whiteout_on_remove: bool,
+}
+
+/// What a finished internal write continues with.
+#[derive(Debug)]
+pub(crate) enum After {
+    /// A promotion is in: run the client op that asked for it.
+    Replay(ClientOp),
+    /// A flush or an eviction is done (of a sweep when `sweep`).
+    Done { sweep: bool },
+}
+
+/// The step a base-pool op or a local read was for.
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    /// A client op passed to the base pool: its result is the answer.
+    Proxy(ClientOp),
+    /// The whole object read from the base pool, to promote it (`fill`:
+    /// the partial object here, whose holes it fills).
+    Promote { op: ClientOp, fill: Option<ObjMeta> },
+    /// The object read here, to flush it.
+    FlushRead { evict: bool, sweep: bool },
+    /// The object sent to the base pool.
+    FlushPut {
+        evict: bool,
+        sweep: bool,
+        meta: ObjMeta,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Busy {
+    waiting: VecDeque<ClientOp>,
+}
+
+/// A cache PG's tiering state on its primary.
+#[derive(Debug, Default)]
+pub(crate) struct TierPg {
+    pub hit_sets: HitSets,
+    busy: HashMap<String, Busy>,
+    /// Internal writes in flight, by tid.
+    pub internal: HashMap<u64, (String, TierWrite, After)>,
+    next_tid: u64,
+    /// Per object: dirty, whiteout (loaded once the PG holds all its
+    /// objects; `None` before).
+    pub index: Option<HashMap<String, (bool, bool)>>,
+    pub counters: TierStat,
+    pub sweep: Option<flush::Sweep>,
+}
+
+impl TierPg {
+    fn waiting(&self) -> usize {
+        self.busy.values().map(|b| b.waiting.len()).sum()
+    }
+
+    /// Record an object's cache state after a write.
+    pub fn note(&mut self, oid: &str, meta: Option<&ObjMeta>) {
+        if let Some(index) = self.index.as_mut() {
+            match meta {
+                Some(m) => {
+                    index.insert(oid.to_string(), (m.dirty, m.whiteout));
+                }
+                None => {
+                    index.remove(oid);
+                }
+            }
+        }
+    }
+
+    pub fn stat(&self) -> Option<TierStat> {
+        let index = self.index.as_ref()?;
+        let mut st = self.counters.clone();
+        st.dirty = index.values().filter(|(d, _)| *d).count() as u64;
+        st.whiteouts = index.values().filter(|(_, w)| *w).count() as u64;
+        st.flushing = self.sweep.as_ref().is_some_and(|s| !s.finished());
+        st.evicting = st.flushing;
+        Some(st)
+    }
+}
+
+/// What kind of request this is, for tiering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    /// Only `Write` ops: may be taken as a partial object.
+    WriteOnly,
+    /// Only removals, zeroing and truncation: may be proxied as they are.
+    Shrink,
+    /// Any other mutation: needs the whole object.
+    Other,
+}
+
+fn kind(ops: &[ObjOp]) -> Kind {
+    if !ops.iter().any(ObjOp::is_mutation) {
+        return Kind::Read;
+    }
+    if ops.iter().all(|o| matches!(o, ObjOp::Write { .. })) {
+        return Kind::WriteOnly;
+    }
+    if ops.iter().all(|o| {
+        matches!(
+            o,
+            ObjOp::Remove | ObjOp::Zero { .. } | ObjOp::Truncate { .. }
+        )
+    }) {
+        return Kind::Shrink;
+    }
+    Kind::Other
+}
+
+/// Does the request create the object if it is absent?
+fn creates(ops: &[ObjOp]) -> bool {
+    ops.iter().any(|o| {
+        matches!(
+            o,
+            ObjOp::Write { .. }
+                | ObjOp::Truncate { .. }
+                | ObjOp::Create { .. }
+                | ObjOp::SetAttr { .. }
+                | ObjOp::OmapSet { .. }
+                | ObjOp::OmapInsert { .. }
+                | ObjOp::CopyPut(_)
+        )
+    })
+}
+
+/// The tiering of this PG's pool, if it is a cache: (base, mode, params).
+pub(crate) fn cache_of(ctx: &Ctx<'_>, pool: PoolId) -> Option<(PoolId, CacheMode, TierParams)> {
+    let p = ctx.map.pool(pool)?;
+    let base = p.tier.tier_of?;
+    Some((base, p.tier.cache_mode, p.tier.params.clone()))
+}
+
+impl Pg {
+    /// The tiering state, made on first use (primary only).
+    pub(crate) fn tier_mut(&mut self) -> Option<&mut TierPg> {
+        let primary = self.primary.as_mut()?;
+        Some(primary.tier.get_or_insert_with(Default::default).as_mut())
+    }
+
+    fn act(&self) -> Option<ActId> {
+        self.primary.as_ref().map(|p| p.act)
+    }
+
+    /// A client op (admitted) on a cache pool's PG.
+    pub(crate) fn tier_client_op(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        let Some((base, mode, params)) = cache_of(ctx, self.id.pool) else {
+            return self.run_local(ctx, op, None);
+        };
+        let oid = op.op.oid.clone();
+        let now = ctx.io.wall_secs();
+        let Some(tier) = self.tier_mut() else {
+            return self.run_local(ctx, op, None);
+        };
+        if tier.busy.contains_key(&oid) {
+            if tier.waiting() >= MAX_TIER_WAITING {
+                let epoch = ctx.map.epoch;
+                return reply(ctx, &op, Err(OpError::Retry { epoch }));
+            }
+            if let Some(busy) = tier.busy.get_mut(&oid) {
+                busy.waiting.push_back(op);
+            }
+            return;
+        }
+        let seen = tier.hit_sets.hit(
+            &oid,
+            now,
+            u64::from(params.hit_set_period),
+            params.hit_set_count as usize,
+        );
+        let state = match meta::read_state(ctx.io.store(), &ObjectId::new(self.id, oid.clone())) {
+            Ok(state) => state,
+            Err(why) => return reply(ctx, &op, Err(OpError::Io(why))),
+        };
+        let kind = kind(&op.op.ops);
+        if mode == CacheMode::None {
+            // Draining: nothing new stays here.
+            return match state {
+                CacheState::Absent => self.proxy(ctx, base, op),
+                s if s.is_dirty() => self.flush(ctx, &oid, true, Some(op), false),
+                _ => self.evict(ctx, &oid, Some(op), false),
+            };
+        }
+        let promote_after = |recency: u32| recency == 0 || seen >= recency as usize;
+        match state {
+            CacheState::Whole(meta) => self.run_local(ctx, op, Some(meta)),
+            CacheState::Whiteout(meta) => self.on_whiteout(ctx, op, meta),
+            CacheState::Partial(meta) if kind == Kind::WriteOnly => {
+                self.run_local(ctx, op, Some(meta))
+            }
+            CacheState::Partial(meta) => self.promote(ctx, base, op, Some(meta)),
+            CacheState::Absent => match (kind, mode) {
+                (Kind::Read, CacheMode::Writeback)
+                    if promote_after(params.min_read_recency_for_promote) =>
+                {
+                    self.promote(ctx, base, op, None)
+                }
+                (Kind::Read, _) => self.proxy(ctx, base, op),
+                (Kind::WriteOnly, CacheMode::Writeback) => {
+                    if let Some(tier) = self.tier_mut() {
+                        tier.counters.partial_writes += 1;
+                    }
+                    self.run_local(ctx, op, Some(partial_meta()))
+                }
+                (Kind::Shrink, CacheMode::Writeback) => self.proxy(ctx, base, op),
+                (_, CacheMode::Writeback)
+                    if !promote_after(params.min_write_recency_for_promote) =>
+                {
+                    self.proxy(ctx, base, op)
+                }
+                _ => self.promote(ctx, base, op, None),
+            },
+        }
+    }
+
+    /// An op on an object removed here and not yet flushed.
+    fn on_whiteout(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, meta: ObjMeta) {
+        let ops = &op.op.ops;
+        if kind(ops) == Kind::Read || !creates(ops) {
+            // As on an object that does not exist.
+            let guard_fails = ops
+                .iter()
+                .any(|o| matches!(o, ObjOp::OmapCmp { value: Some(_), .. }));
+            let reads =
+                kind(ops) == Kind::Read && ops.iter().any(|o| !matches!(o, ObjOp::OmapCmp { .. }));
+            let removes = ops.iter().any(|o| matches!(o, ObjOp::Remove));
+            let result = if guard_fails {
+                Err(OpError::Mismatch(format!("{:?} does not exist", op.op.oid)))
+            } else if reads || removes {
+                Err(OpError::NotFound)
+            } else {
+                Ok(vec![OpOutput::None; ops.len()])
+            };
+            return reply(ctx, &op, result);
+        }
+        let meta = ObjMeta {
+            dirty: true,
+            whiteout: false,
+            partial: None,
+            dirty_since: if meta.dirty {
+                meta.dirty_since
+            } else {
+                ctx.io.wall_secs()
+            },
+        };
+        let write = TierWrite {
+            meta: Some(meta),
+            fresh: true,
+            whiteout_on_remove: true,
+        };
+        self.do_write_tiered(ctx, op, Some(write));
+    }
+
+    /// Run the op on the cache's copy; `meta`: the object's state here.
+    fn run_local(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, meta: Option<ObjMeta>) {
+        if kind(&op.op.ops) == Kind::Read {
+            return self.do_read(ctx, op);
+        }
+        let now = ctx.io.wall_secs();
+        let old = meta.clone().unwrap_or_default();
+        let mut new = ObjMeta {
+            dirty: true,
+            whiteout: false,
+            partial: old.partial.clone(),
+            dirty_since: if old.dirty && old.dirty_since != 0 {
+                old.dirty_since
+            } else {
+                now
+            },
+        };
+        if let Some(extents) = new.partial.as_mut() {
+            for o in &op.op.ops {
+                if let ObjOp::Write { offset, data } = o {
+                    meta::add_extent(extents, *offset, data.len() as u64);
+                }
+            }
+        }
+        let write = TierWrite {
+            meta: (meta.as_ref() != Some(&new)).then_some(new),
+            fresh: false,
+            whiteout_on_remove: true,
+        };
+        self.do_write_tiered(ctx, op, Some(write));
+    }
+
+    /// Pass the op to the base pool; its answer is the client's.
+    fn proxy(&mut self, ctx: &mut Ctx<'_>, base: PoolId, op: ClientOp) {
+        let oid = op.op.oid.clone();
+        let ops = op.op.ops.clone();
+        if let Some(tier) = self.tier_mut() {
+            if kind(&ops) == Kind::Read {
+                tier.counters.proxied_reads += 1;
+            } else {
+                tier.counters.proxied_writes += 1;
+            }
+        }
+        self.base_op(ctx, base, oid, ops, Step::Proxy(op));
+    }
+
+    /// Bring the whole object here, then run `op`.
+    fn promote(&mut self, ctx: &mut Ctx<'_>, base: PoolId, op: ClientOp, fill: Option<ObjMeta>) {
+        let oid = op.op.oid.clone();
+        self.base_op(
+            ctx,
+            base,
+            oid,
+            vec![ObjOp::CopyGet],
+            Step::Promote { op, fill },
+        );
+    }
+
+    /// Mark `oid` busy and send `ops` to the base pool.
+    pub(crate) fn base_op(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        base: PoolId,
+        oid: String,
+        ops: Vec<ObjOp>,
+        step: Step,
+    ) {
+        let Some(act) = self.act() else {
+            return self.abandon(ctx, step);
+        };
+        if let Some(tier) = self.tier_mut() {
+            tier.busy.entry(oid.clone()).or_default();
+        }
+        let id = ctx.id();
+        self.waits.insert(
+            id,
+            Wait::Tier {
+                act,
+                oid: oid.clone(),
+                step,
+            },
+        );
+        ctx.io.tier_op(base, oid, ops, Done { pg: self.id, id });
+    }
+
+    /// A step that cannot go on (the PG stopped serving): its client op
+    /// is resent by the client.
+    fn abandon(&mut self, ctx: &mut Ctx<'_>, step: Step) {
+        let epoch = ctx.map.epoch;
+        if let Step::Proxy(op) | Step::Promote { op, .. } = step {
+            reply(ctx, &op, Err(OpError::Retry { epoch }));
+        }
+    }
+
+    /// A base-pool op (or, for a flush, the local read) finished.
+    pub(crate) fn tier_done(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        act: ActId,
+        oid: String,
+        step: Step,
+        result: Result<Vec<OpOutput>, OpError>,
+    ) {
+        if self.act() != Some(act) {
+            // Peering started meanwhile: clients resend to the new primary.
+            return self.abandon(ctx, step);
+        }
+        match step {
+            Step::Proxy(op) => {
+                reply(ctx, &op, result);
+                self.unbusy(ctx, &oid, None);
+            }
+            Step::Promote { op, fill } => self.promoted(ctx, oid, op, fill, result),
+            Step::FlushPut { evict, sweep, meta } => {
+                self.flushed(ctx, oid, evict, sweep, meta, result)
+            }
+            Step::FlushRead { .. } => {
+                unreachable!("pg {}: a flush read came as a base op", self.id)
+            }
+        }
+    }
+
+    fn promoted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: String,
+        op: ClientOp,
+        fill: Option<ObjMeta>,
+        result: Result<Vec<OpOutput>, OpError>,
+    ) {
+        let copy = match result {
+            Ok(mut out) => match out.pop() {
+                Some(OpOutput::Copy(copy)) => Some(copy),
+                other => {
+                    let why = format!("the base pool answered a copy of {oid:?} with {other:?}");
+                    reply(ctx, &op, Err(OpError::Io(why)));
+                    return self.unbusy(ctx, &oid, None);
+                }
+            },
+            Err(OpError::NotFound) => None,
+            Err(e) => {
+                tracing::warn!("pg {}: promoting {oid:?} failed: {e}", self.id);
+                reply(ctx, &op, Err(e));
+                return self.unbusy(ctx, &oid, None);
+            }
+        };
+        let (ops, meta) = match (copy, fill) {
+            // Nowhere: the op runs on an absent object here.
+            (None, None) => {
+                self.unbusy(ctx, &oid, None);
+                return self.run_local(ctx, op, None);
+            }
+            (None, Some(meta)) => (
+                vec![ObjOp::Create { exclusive: false }],
+                ObjMeta {
+                    partial: None,
+                    ..meta
+                },
+            ),
+            (Some(copy), None) => (vec![ObjOp::CopyPut(copy)], ObjMeta::default()),
+            (Some(copy), Some(meta)) => (
+                fill_ops(&copy, &meta),
+                ObjMeta {
+                    partial: None,
+                    ..meta
+                },
+            ),
+        };
+        if let Some(tier) = self.tier_mut() {
+            tier.counters.promotes += 1;
+        }
+        let write = TierWrite {
+            meta: Some(meta),
+            fresh: false,
+            whiteout_on_remove: false,
+        };
+        self.internal_write(ctx, &oid, ops, write, After::Replay(op));
+    }
+
+    /// Write to the cache as the cache itself.
+    pub(crate) fn internal_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: &str,
+        ops: Vec<ObjOp>,
+        write: TierWrite,
+        after: After,
+    ) {
+        let Some(tier) = self.tier_mut() else {
+            return;
+        };
+        tier.next_tid += 1;
+        let tid = tier.next_tid;
+        tier.internal.insert(tid, (oid.to_string(), write, after));
+        let op = ClientOp {
+            client: TIER_CLIENT,
+            op: OsdOp {
+                tid,
+                reqid: ReqId {
+                    client: TIER_CLIENT,
+                    tid,
+                },
+                epoch: ctx.map.epoch,
+                pg: self.id,
+                oid: oid.to_string(),
+                ops,
+                ignore_overlay: true,
+            },
+            arrived: ctx.io.now(),
+        };
+        self.client_op(ctx, op);
+    }
+
+    /// Put the cache state of a write into its transaction; returns
+    /// whether the object exists after it (a removal leaves a whiteout).
+    pub(crate) fn apply_tier_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: &ObjectId,
+        w: &TierWrite,
+        version: cairn_types::Version,
+        txn: &mut cairn_store::Transaction,
+        exists: bool,
+    ) -> bool {
+        let meta = if !exists && w.whiteout_on_remove {
+            let since = w
+                .meta
+                .as_ref()
+                .filter(|m| m.dirty && m.dirty_since != 0)
+                .map_or_else(|| ctx.io.wall_secs(), |m| m.dirty_since);
+            let meta = ObjMeta {
+                dirty: true,
+                whiteout: true,
+                partial: None,
+                dirty_since: since,
+            };
+            txn.touch(oid);
+            txn.set_attr(
+                oid,
+                crate::pg::persist::VERSION_ATTR,
+                crate::pg::persist::encode(&version),
+            );
+            txn.set_attr(oid, meta::TIER_ATTR, meta::encode(&meta));
+            Some(meta)
+        } else if exists {
+            if let Some(m) = &w.meta {
+                txn.set_attr(oid, meta::TIER_ATTR, meta::encode(m));
+            }
+            w.meta.clone()
+        } else {
+            None
+        };
+        let exists = exists || meta.is_some();
+        if let Some(tier) = self.tier_mut() {
+            match (&meta, exists) {
+                (Some(m), _) => tier.note(&oid.name, Some(m)),
+                (None, false) => tier.note(&oid.name, None),
+                (None, true) => {}
+            }
+        }
+        exists
+    }
+
+    /// Hand the answers to this PG's own cache writes back to it.
+    pub(crate) fn drain_tier_replies(&mut self, ctx: &mut Ctx<'_>) {
+        while !ctx.tier_replies.is_empty() {
+            let replies = std::mem::take(&mut ctx.tier_replies);
+            for (pg, tid, result) in replies {
+                debug_assert_eq!(pg, self.id, "a cache write answered to another PG");
+                self.tier_reply(ctx, tid, result);
+            }
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        matches!(self.phase, super::Phase::Active)
+    }
+
+    /// How far this PG's flush-evict-all sweep has come (null: none).
+    pub(crate) fn sweep_status(&self) -> serde_json::Value {
+        self.primary
+            .as_ref()
+            .and_then(|p| p.tier.as_ref())
+            .and_then(|t| t.sweep.as_ref())
+            .map_or(serde_json::Value::Null, |s| {
+                let mut v = serde_json::json!(s);
+                v["finished"] = serde_json::json!(s.finished());
+                v
+            })
+    }
+
+    /// The cache PG's tiering state for its stats: counted once the PG
+    /// holds every object (its dirty count is exact from then on, kept up
+    /// by every write); `None` before.
+    pub(crate) fn tier_stat(
+        &mut self,
+        store: &dyn cairn_store::ObjectStore,
+        epoch: cairn_types::Epoch,
+    ) -> Option<TierStat> {
+        if !self.is_active() || !self.missing.is_empty() {
+            return None;
+        }
+        let pg = self.id;
+        let tier = self.tier_mut()?;
+        if tier.index.is_none() {
+            tier.index = Some(load_index(store, pg).ok()?);
+        }
+        let mut st = tier.stat()?;
+        st.counted_epoch = epoch;
+        Some(st)
+    }
+
+    /// The tier write for an internal op (`None`: not ours).
+    pub(crate) fn internal_tier_write(&self, tid: u64) -> Option<TierWrite> {
+        let tier = self.primary.as_ref()?.tier.as_ref()?;
+        tier.internal.get(&tid).map(|(_, w, _)| w.clone())
+    }
+
+    /// An internal write finished.
+    pub(crate) fn tier_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        tid: u64,
+        result: Result<Vec<OpOutput>, OpError>,
+    ) {
+        let Some((oid, _, after)) = self.tier_mut().and_then(|t| t.internal.remove(&tid)) else {
+            return;
+        };
+        if let Err(e) = &result {
+            tracing::warn!("pg {}: cache write to {oid:?} failed: {e}", self.id);
+        }
+        match after {
+            After::Replay(op) => {
+                if let Err(e) = result {
+                    reply(ctx, &op, Err(e));
+                    self.unbusy(ctx, &oid, None);
+                } else {
+                    self.unbusy(ctx, &oid, Some(op));
+                }
+            }
+            After::Done { sweep } => {
+                if sweep {
+                    if let Some(s) = self.tier_mut().and_then(|t| t.sweep.as_mut()) {
+                        s.one_done(result.is_ok());
+                    }
+                }
+                self.unbusy(ctx, &oid, None);
+                self.kick_sweep(ctx);
+            }
+        }
+    }
+
+    /// `oid`'s tier step is over: run `first`, then the ops that waited.
+    pub(crate) fn unbusy(&mut self, ctx: &mut Ctx<'_>, oid: &str, first: Option<ClientOp>) {
+        let waiting = self
+            .tier_mut()
+            .and_then(|t| t.busy.remove(oid))
+            .map(|b| b.waiting)
+            .unwrap_or_default();
+        for op in first.into_iter().chain(waiting) {
+            self.client_op(ctx, op);
+        }
+    }
+}
+
+impl TierPg {
+    /// The client ops this state holds (waiting on busy objects, or on a
+    /// promotion), for a PG that stops being primary to hold again.
+    pub(crate) fn into_held_ops(self) -> Vec<ClientOp> {
+        let mut ops: Vec<ClientOp> = Vec::new();
+        for (_, (_, _, after)) in self.internal {
+            if let After::Replay(op) = after {
+                ops.push(op);
+            }
+        }
+        for (_, busy) in self.busy {
+            ops.extend(busy.waiting);
+        }
+        ops
+    }
+}
+
+/// Every object's cache state in `pg`, read from the store.
+fn load_index(
+    store: &dyn cairn_store::ObjectStore,
+    pg: cairn_types::PgId,
+) -> Result<HashMap<String, (bool, bool)>, String> {
+    let names = store
+        .list_objects(pg)
+        .map_err(|e| format!("pg {pg}: cannot list objects: {e}"))?;
+    let mut index = HashMap::with_capacity(names.len());
+    for name in names {
+        if crate::pg::persist::is_internal(&name) {
+            continue;
+        }
+        let state = meta::read_state(store, &ObjectId::new(pg, name.clone()))?;
+        if let Some(m) = state.meta() {
+            index.insert(name, (m.dirty, m.whiteout));
+        }
+    }
+    Ok(index)
+}
+
+fn partial_meta() -> ObjMeta {
+    ObjMeta {
+        dirty: true,
+        whiteout: false,
+        partial: Some(Vec::new()),
+        dirty_since: 0,
+    }
+}
+
+/// The ops that fill a partial object's holes from the base pool's copy.
+fn fill_ops(copy: &ObjectData, meta: &ObjMeta) -> Vec<ObjOp> {
+    let size = copy.data.len() as u64;
+    let extents = meta.partial.as_deref().unwrap_or(&[]);
+    let mut ops: Vec<ObjOp> = meta::holes(extents, size)
+        .into_iter()
+        .map(|(off, len)| ObjOp::Write {
+            offset: off,
+            data: copy.data.slice(off as usize..(off + len) as usize),
+        })
+        .collect();
+    for (key, value) in &copy.attrs {
+        ops.push(ObjOp::SetAttr {
+            key: key.clone(),
+            value: value.clone(),
+        });
+    }
+    if !copy.omap.is_empty() {
+        ops.push(ObjOp::OmapSet {
+            entries: copy.omap.clone(),
+        });
+    }
+    ops.push(ObjOp::Create { exclusive: false });
+    ops
+}
