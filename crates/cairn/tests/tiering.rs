@@ -373,3 +373,69 @@ async fn a_tier_is_removed_only_once_nothing_dirty_is_left() {
         vec![OpOutput::Omap(vec![("k".into(), Bytes::from_static(b"v"))])]
     );
 }
+
+/// fio through `cairn nbd` on an image whose pool has a writeback cache:
+/// verified random writes land in the cache, are read back, flushed and
+/// evicted, read back through proxied reads, and read back again from the
+/// base pool alone once the tier is taken away.
+#[test]
+fn fio_verifies_through_nbd_on_a_tiered_pool() {
+    use common::nbd::{assert_fio_ok, Gateway, Listen};
+    let cluster = TestCluster::up(3);
+    cluster.ok(&[
+        "pool",
+        "create",
+        "cache",
+        "--pg-num",
+        "8",
+        "--size",
+        "2",
+        "--min-size",
+        "1",
+    ]);
+    cluster.ok(&["osd", "tier", "add", "rbd", "cache"]);
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "writeback"]);
+    cluster.ok(&["pool", "set", "cache", "target_max_objects", "1000"]);
+    cluster.ok(&["osd", "tier", "set-overlay", "rbd", "cache"]);
+    cluster.ok(&["image", "create", "rbd/tiered", "--size", "64M"]);
+    let socket = cluster.path().join("nbd.sock");
+    let mut gateway = Gateway::start(&cluster, "tiered", Listen::Unix(socket), &[]);
+    let uri = gateway.uri.clone();
+    let verify = |name: &str, rw: &str| {
+        let mut args = vec![
+            format!("--rw={rw}"),
+            "--bs=4k".into(),
+            "--iodepth=16".into(),
+            "--size=32M".into(),
+            "--verify=crc32c".into(),
+            "--verify_fatal=1".into(),
+        ];
+        if rw == "randwrite" {
+            args.extend(["--do_verify=1".into(), "--randrepeat=0".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_fio_ok(&uri, name, &args);
+    };
+    verify("write", "randwrite");
+    let v = wait_cache_stats(&cluster, "cache", "writes in the cache", |v| {
+        v["cache_io"]["dirty_objects"].as_u64() >= Some(8)
+    });
+    assert!(v["cache_io"]["partial_writes"].as_u64() >= Some(8), "{v}");
+    cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    verify("reread-proxied", "read");
+    // Take the tier away; the base pool alone holds every write.
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "none"]);
+    cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    let start = Instant::now();
+    while !cluster
+        .cairn(&["osd", "tier", "remove-overlay", "rbd"])
+        .status
+        .success()
+    {
+        assert!(start.elapsed() < WAIT, "remove-overlay never allowed");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    cluster.ok(&["osd", "tier", "rm", "rbd", "cache"]);
+    verify("reread-base", "read");
+    gateway.assert_running();
+}

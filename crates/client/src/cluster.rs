@@ -167,7 +167,7 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
     ) -> Result<Vec<OpOutput>, ClientError> {
-        self.op_routed(pool, oid, ops, false).await
+        self.op_routed(pool, oid, ops, false, None).await
     }
 
     /// Run `ops` on pool `pool` itself even if its map sends its ops to a
@@ -178,7 +178,20 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
     ) -> Result<Vec<OpOutput>, ClientError> {
-        self.op_routed(pool, oid, ops, true).await
+        self.op_routed(pool, oid, ops, true, None).await
+    }
+
+    /// [`Self::op_ignoring_overlay`] on behalf of another client's request
+    /// `reqid`: a cache tier passing a client's op to the base pool, where
+    /// a resend of it is then applied once.
+    pub async fn op_on_behalf(
+        &self,
+        pool: PoolId,
+        oid: &str,
+        ops: Vec<ObjOp>,
+        reqid: ReqId,
+    ) -> Result<Vec<OpOutput>, ClientError> {
+        self.op_routed(pool, oid, ops, true, Some(reqid)).await
     }
 
     async fn op_routed(
@@ -187,9 +200,10 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
         ignore_overlay: bool,
+        reqid: Option<ReqId>,
     ) -> Result<Vec<OpOutput>, ClientError> {
         let op_timeout = self.opts.read().op_timeout;
-        let run = self.op_inner(pool, oid, ops, ignore_overlay);
+        let run = self.op_inner(pool, oid, ops, ignore_overlay, reqid);
         match op_timeout {
             None => run.await,
             Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -232,11 +246,12 @@ impl Cluster {
         oid: &str,
         ops: Vec<ObjOp>,
         ignore_overlay: bool,
+        reqid: Option<ReqId>,
     ) -> Result<Vec<OpOutput>, ClientError> {
-        let reqid = ReqId {
+        let reqid = reqid.unwrap_or_else(|| ReqId {
             client: self.client_id,
             tid: self.next_tid.fetch_add(1, Ordering::Relaxed),
-        };
+        });
         let mut map_rx = self.map_rx.clone();
         let complaint = self.opts.read().op_complaint_time;
         let mut trail = Trail::new(oid, complaint);

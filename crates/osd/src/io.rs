@@ -85,7 +85,16 @@ pub trait OsdIo {
     /// Run `ops` on object `oid` of pool `pool` as a client would, ignoring
     /// the pool's overlay (a cache tier reaching its base pool); the
     /// answer comes back as [`crate::OsdCore::tier_done`].
-    fn tier_op(&mut self, pool: cairn_types::PoolId, oid: String, ops: Vec<ObjOp>, done: Done);
+    /// `reqid`: the client request it is passed on for (then the base
+    /// pool applies a resend of it once), or `None` for the cache's own.
+    fn tier_op(
+        &mut self,
+        pool: cairn_types::PoolId,
+        oid: String,
+        ops: Vec<ObjOp>,
+        reqid: Option<cairn_types::ReqId>,
+        done: Done,
+    );
     /// Send to a peer OSD. Messages to one peer arrive in order or not at
     /// all; a lost connection is reported through
     /// [`crate::OsdCore::peer_reset`].

@@ -59,7 +59,14 @@ impl OsdIo for FakeIo {
         let result = ready(execute_reads(&self.store, &oid, &ops));
         self.effects.push_back(Effect::Read(done, result));
     }
-    fn tier_op(&mut self, _pool: u32, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+    fn tier_op(
+        &mut self,
+        _pool: u32,
+        _oid: String,
+        _ops: Vec<ObjOp>,
+        _reqid: Option<cairn_types::ReqId>,
+        _done: Done,
+    ) {
         unreachable!("no cache tier is set up here");
     }
 

@@ -149,7 +149,14 @@ impl OsdIo for SimIo<'_> {
         self.effects.push(Effect::Read(done, result));
     }
 
-    fn tier_op(&mut self, _pool: u32, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+    fn tier_op(
+        &mut self,
+        _pool: u32,
+        _oid: String,
+        _ops: Vec<ObjOp>,
+        _reqid: Option<cairn_types::ReqId>,
+        _done: Done,
+    ) {
         unreachable!("no cache tier is set up here");
     }
 

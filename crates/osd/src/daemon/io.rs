@@ -58,10 +58,17 @@ impl OsdIo for DaemonIo<'_> {
         });
     }
 
-    fn tier_op(&mut self, pool: cairn_types::PoolId, oid: String, ops: Vec<ObjOp>, done: Done) {
+    fn tier_op(
+        &mut self,
+        pool: cairn_types::PoolId,
+        oid: String,
+        ops: Vec<ObjOp>,
+        reqid: Option<cairn_types::ReqId>,
+        done: Done,
+    ) {
         let osd = self.osd.clone();
         tokio::spawn(async move {
-            let result = osd.tier_client.op(pool, &oid, ops).await;
+            let result = osd.tier_client.op(pool, &oid, ops, reqid).await;
             osd.with_core(|core, io| core.tier_done(done, result, io));
         });
     }
@@ -124,7 +131,14 @@ impl OsdIo for LoadIo {
 
     fn read_object(&mut self, _oid: ObjectId, _done: Done) {}
 
-    fn tier_op(&mut self, _pool: cairn_types::PoolId, _oid: String, _ops: Vec<ObjOp>, _done: Done) {
+    fn tier_op(
+        &mut self,
+        _pool: cairn_types::PoolId,
+        _oid: String,
+        _ops: Vec<ObjOp>,
+        _reqid: Option<cairn_types::ReqId>,
+        _done: Done,
+    ) {
         unreachable!("no client op runs while the OSD loads its PGs");
     }
 

@@ -50,6 +50,7 @@ impl TierClient {
         pool: PoolId,
         oid: &str,
         ops: Vec<ObjOp>,
+        reqid: Option<cairn_types::ReqId>,
     ) -> Result<Vec<OpOutput>, OpError> {
         let _slot = self
             .slots
@@ -60,7 +61,11 @@ impl TierClient {
             .cluster()
             .await
             .map_err(|e| OpError::Io(format!("cannot reach the base pool: {e}")))?;
-        match cluster.op_ignoring_overlay(pool, oid, ops).await {
+        let done = match reqid {
+            Some(reqid) => cluster.op_on_behalf(pool, oid, ops, reqid).await,
+            None => cluster.op_ignoring_overlay(pool, oid, ops).await,
+        };
+        match done {
             Ok(out) => Ok(out),
             Err(ClientError::Op(e)) => Err(e),
             Err(e) => Err(OpError::Io(format!("base pool: {e}"))),

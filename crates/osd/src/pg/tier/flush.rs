@@ -149,7 +149,14 @@ impl Pg {
                 omap: copy.omap,
             })]
         };
-        self.base_op(ctx, base, oid, ops, Step::FlushPut { evict, sweep, meta });
+        self.base_op(
+            ctx,
+            base,
+            oid,
+            ops,
+            None,
+            Step::FlushPut { evict, sweep, meta },
+        );
     }
 
     /// The base pool took (or refused) a flushed object.

@@ -347,7 +347,8 @@ impl Pg {
                 tier.counters.proxied_writes += 1;
             }
         }
-        self.base_op(ctx, base, oid, ops, Step::Proxy(op));
+        let reqid = op.op.reqid;
+        self.base_op(ctx, base, oid, ops, Some(reqid), Step::Proxy(op));
     }
 
     /// Bring the whole object here, then run `op`.
@@ -358,6 +359,7 @@ impl Pg {
             base,
             oid,
             vec![ObjOp::CopyGet],
+            None,
             Step::Promote { op, fill },
         );
     }
@@ -369,6 +371,7 @@ impl Pg {
         base: PoolId,
         oid: String,
         ops: Vec<ObjOp>,
+        reqid: Option<ReqId>,
         step: Step,
     ) {
         let Some(act) = self.act() else {
@@ -386,7 +389,8 @@ impl Pg {
                 step,
             },
         );
-        ctx.io.tier_op(base, oid, ops, Done { pg: self.id, id });
+        ctx.io
+            .tier_op(base, oid, ops, reqid, Done { pg: self.id, id });
     }
 
     /// A step that cannot go on (the PG stopped serving): its client op
