@@ -439,3 +439,101 @@ fn fio_verifies_through_nbd_on_a_tiered_pool() {
     verify("reread-base", "read");
     gateway.assert_running();
 }
+
+/// The agent flushes only objects older than `cache_min_flush_age` and
+/// only while the dirty share is above `cache_target_dirty_ratio`, evicts
+/// clean objects once the cache is fuller than `cache_target_full_ratio`,
+/// and at the target the cache takes no new object (with a health
+/// warning) instead of hanging. Every object reads back throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
+    let cluster = two_pools(3);
+    let (c, base, _cache) = writeback(&cluster).await;
+    for (k, v) in [
+        ("target_max_objects", "80"), // 10 per PG
+        ("cache_target_dirty_ratio", "0.3"),
+        ("cache_target_dirty_high_ratio", "0.6"),
+        ("cache_target_full_ratio", "0.5"),
+        ("cache_min_flush_age", "6"),
+        ("cache_min_evict_age", "3"),
+    ] {
+        cluster.ok(&["pool", "set", "cache", k, v]);
+    }
+    c.wait_for_epoch(epoch(&cluster) as u32).await.expect("map");
+    let names: Vec<String> = (0..40).map(|i| format!("obj{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        write(&c, base, n, 0, &pattern(100 + i as u64, 8192)).await;
+    }
+    let written = Instant::now();
+    let v = wait_cache_stats(&cluster, "cache", "all dirty", |v| {
+        v["cache_io"]["dirty_objects"] == 40
+    });
+    if written.elapsed() < Duration::from_secs(5) {
+        assert_eq!(
+            v["cache_io"]["flushes"], 0,
+            "flushed before cache_min_flush_age: {v}"
+        );
+    }
+    // Above the dirty ratio the agent flushes, down to it and no further.
+    let v = wait_cache_stats(&cluster, "cache", "flushed down to the ratio", |v| {
+        let d = v["cache_io"]["dirty_objects"].as_u64().unwrap_or(99);
+        v["cache_io"]["flushes"].as_u64() > Some(0) && d <= 24
+    });
+    assert!(
+        written.elapsed() >= Duration::from_secs(6),
+        "flushed too young: {v}"
+    );
+    assert!(
+        v["cache_io"]["dirty_objects"].as_u64() > Some(0),
+        "flushed everything: {v}"
+    );
+    // Fuller than the full ratio: clean objects go.
+    let v = wait_cache_stats(&cluster, "cache", "evictions", |v| {
+        v["cache_io"]["evicts"].as_u64() > Some(0) && v["objects"].as_u64() < Some(40)
+    });
+    for (i, n) in names.iter().enumerate() {
+        let got = read(&c, base, n, false).await.expect("read back");
+        assert_eq!(
+            got,
+            pattern(100 + i as u64, 8192),
+            "{n} after the agent ran: {v}"
+        );
+    }
+    // At the target the cache takes no new object: writes go to the base.
+    cluster.ok(&["pool", "set", "cache", "target_max_objects", "8"]);
+    c.wait_for_epoch(epoch(&cluster) as u32).await.expect("map");
+    wait_cache_stats(&cluster, "cache", "full PGs", |v| {
+        v["cache_io"]["pgs_full"].as_u64() > Some(0)
+    });
+    let health = cluster.ok(&["health", "detail"]);
+    assert!(health.contains("CACHE_POOL_FULL"), "{health}");
+    let before = pool_stats(&cluster, "cache")["cache_io"]["proxied_writes"]
+        .as_u64()
+        .unwrap_or(0);
+    for i in 0..16u64 {
+        let n = format!("late{i}");
+        tokio::time::timeout(
+            WAIT,
+            c.op(
+                base,
+                &n,
+                vec![ObjOp::Write {
+                    offset: 0,
+                    data: Bytes::from(pattern(500 + i, 4096)),
+                }],
+            ),
+        )
+        .await
+        .expect("a write to a full cache hung")
+        .expect("write");
+    }
+    let v = wait_cache_stats(&cluster, "cache", "writes passed on", |v| {
+        v["cache_io"]["proxied_writes"].as_u64() > Some(before)
+    });
+    for i in 0..16u64 {
+        let got = read(&c, base, &format!("late{i}"), false)
+            .await
+            .expect("read");
+        assert_eq!(got, pattern(500 + i, 4096), "{v}");
+    }
+}

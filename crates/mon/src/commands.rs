@@ -489,6 +489,9 @@ fn status(
             unmet.join(", ")
         ));
     }
+    for check in crate::health::cache_checks(map, stats) {
+        warnings.push(format!("{} (see cairn health detail)", check.summary));
+    }
     let outside_crush = map.osds_outside_crush().count();
     if outside_crush > 0 {
         warnings.push(format!(

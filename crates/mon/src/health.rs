@@ -15,10 +15,10 @@ use crate::commands::pg_state;
 /// One health check: a code, its severity, a summary and the details,
 /// with the pools, PGs and OSDs it concerns (for scripts).
 #[derive(Default)]
-struct Check {
+pub(crate) struct Check {
     code: &'static str,
     error: bool,
-    summary: String,
+    pub(crate) summary: String,
     detail: Vec<String>,
     pools: BTreeSet<String>,
     pgs: Vec<String>,
@@ -174,7 +174,7 @@ fn pool_checks(map: &ClusterMap) -> Vec<Check> {
             pools.insert(pool.name.clone());
         }
     }
-    let mut checks = cache_checks(map);
+    let mut checks = Vec::new();
     if detail.is_empty() {
         return checks;
     }
@@ -196,7 +196,8 @@ fn pool_checks(map: &ClusterMap) -> Vec<Check> {
 /// Cache tiers with neither `target_max_bytes` nor `target_max_objects`:
 /// their agent has nothing to measure fullness by and never flushes or
 /// evicts for it (the trap Ceph leaves silent).
-fn cache_checks(map: &ClusterMap) -> Vec<Check> {
+pub(crate) fn cache_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
+    let mut checks = cache_full(map, stats);
     let pools: BTreeSet<String> = map
         .pools
         .values()
@@ -204,9 +205,9 @@ fn cache_checks(map: &ClusterMap) -> Vec<Check> {
         .map(|p| p.name.clone())
         .collect();
     if pools.is_empty() {
-        return Vec::new();
+        return checks;
     }
-    vec![Check {
+    checks.push(Check {
         code: "CACHE_POOL_NO_TARGET",
         error: false,
         summary: format!(
@@ -223,6 +224,44 @@ fn cache_checks(map: &ClusterMap) -> Vec<Check> {
                 )
             })
             .collect(),
+        pools,
+        ..Check::default()
+    });
+    checks
+}
+
+/// Cache PGs at their share of the targets: they take no new objects
+/// (ops on objects they do not hold go to the base pool) until their
+/// agent has flushed and evicted enough.
+fn cache_full(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
+    let full: Vec<PgId> = map
+        .pools
+        .values()
+        .filter(|p| p.is_cache())
+        .flat_map(|p| p.pgs())
+        .filter(|pg| {
+            current(map, *pg, stats)
+                .and_then(|s| s.tier.as_ref())
+                .is_some_and(|t| t.full)
+        })
+        .collect();
+    if full.is_empty() {
+        return Vec::new();
+    }
+    let pools: BTreeSet<String> = full.iter().map(|pg| pool_name(map, *pg)).collect();
+    vec![Check {
+        code: "CACHE_POOL_FULL",
+        error: false,
+        summary: format!(
+            "{} cache PGs at their target ({}): new objects go to the base pool until the agent makes room",
+            full.len(),
+            pools.iter().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        detail: full
+            .iter()
+            .map(|pg| format!("pg {pg} (pool {}) is at its share of the cache's targets", pool_name(map, *pg)))
+            .collect(),
+        pgs: full.iter().map(|pg| pg.to_string()).collect(),
         pools,
         ..Check::default()
     }]
@@ -296,6 +335,7 @@ pub(crate) fn health_detail(
     let mut checks = full_checks(map, usage);
     checks.extend(osd_checks(map));
     checks.extend(pool_checks(map));
+    checks.extend(cache_checks(map, stats));
     checks.extend(pg_checks(map, stats));
     let health = if checks.iter().any(|c| c.error) {
         "HEALTH_ERR"

@@ -644,7 +644,7 @@ impl OsdCore {
             }
             let mut stat = pg.stat();
             if self.map.pool(pg.id.pool).is_some_and(|p| p.is_cache()) {
-                stat.tier = pg.tier_stat(io.store(), self.map.epoch);
+                stat.tier = pg.tier_stat(io.store(), self.map.epoch, io.wall_secs());
             }
             stats.push(stat);
         }

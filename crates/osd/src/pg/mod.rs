@@ -821,6 +821,9 @@ impl Pg {
     pub(crate) fn tick(&mut self, ctx: &mut Ctx<'_>) {
         if matches!(self.phase, Phase::Active) {
             self.maybe_scrub(ctx);
+            if ctx.map.pool(self.id.pool).is_some_and(|p| p.is_cache()) {
+                self.tier_agent_tick(ctx);
+            }
         }
         if let Phase::GetInfo(get) = &self.phase {
             if ctx.now() >= get.retry_at {

@@ -361,7 +361,7 @@ impl Pg {
             Err(e) => return reply(ctx, &op, Err(e)),
         };
         if let Some(t) = &tier {
-            exists = self.apply_tier_write(ctx, &oid, t, version, &mut data, exists);
+            exists = self.apply_tier_write(ctx, &oid, t, version, &mut data, exists, &op.op.ops);
         }
         if let Err(e) = data.validate() {
             return reply(ctx, &op, Err(store_error(e)));

@@ -11,7 +11,7 @@ use cairn_wire::{ActId, ObjOp, ObjectData, OpError, OpOutput};
 use serde::Serialize;
 
 use super::meta::{self, ObjMeta, TIER_ATTR};
-use super::{cache_of, After, Step, TierWrite};
+use super::{cache_of, After, Origin, Step, TierWrite};
 use crate::io::{CopyResult, Done};
 use crate::pg::{ClientOp, Ctx, Pg, Wait};
 
@@ -61,7 +61,7 @@ impl Pg {
         oid: &str,
         evict: bool,
         then: Option<ClientOp>,
-        sweep: bool,
+        origin: Origin,
     ) {
         let Some(act) = self.primary.as_ref().map(|p| p.act) else {
             return;
@@ -73,7 +73,7 @@ impl Pg {
             Wait::Tier {
                 act,
                 oid: oid.to_string(),
-                step: Step::FlushRead { evict, sweep },
+                step: Step::FlushRead { evict, origin },
             },
         );
         ctx.io.read_object(
@@ -91,7 +91,7 @@ impl Pg {
         step: Step,
         result: CopyResult,
     ) {
-        let Step::FlushRead { evict, sweep } = step else {
+        let Step::FlushRead { evict, origin } = step else {
             unreachable!("pg {}: a base op completed as a local read", self.id);
         };
         if self.primary.as_ref().map(|p| p.act) != Some(act) {
@@ -99,11 +99,11 @@ impl Pg {
         }
         let fail = |pg: &mut Pg, ctx: &mut Ctx<'_>, why: String| {
             tracing::warn!("pg {}: cannot flush {oid:?}: {why}", pg.id);
-            pg.tier_step_failed(ctx, &oid, sweep);
+            pg.tier_step_failed(ctx, &oid, origin);
         };
         let copy = match result {
             Ok(Some(copy)) => copy,
-            Ok(None) => return self.tier_step_failed(ctx, &oid, sweep),
+            Ok(None) => return self.tier_step_failed(ctx, &oid, origin),
             Err(e) => return fail(self, ctx, e.to_string()),
         };
         let meta: ObjMeta = match copy.attrs.iter().find(|(k, _)| k == TIER_ATTR) {
@@ -155,7 +155,11 @@ impl Pg {
             oid,
             ops,
             None,
-            Step::FlushPut { evict, sweep, meta },
+            Step::FlushPut {
+                evict,
+                origin,
+                meta,
+            },
         );
     }
 
@@ -165,7 +169,7 @@ impl Pg {
         ctx: &mut Ctx<'_>,
         oid: String,
         evict: bool,
-        sweep: bool,
+        origin: Origin,
         meta: ObjMeta,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
@@ -178,19 +182,19 @@ impl Pg {
                     "pg {}: flushing {oid:?} to the base pool failed: {e}",
                     self.id
                 );
-                return self.tier_step_failed(ctx, &oid, sweep);
+                return self.tier_step_failed(ctx, &oid, origin);
             }
         }
         if let Some(tier) = self.tier_mut() {
             tier.counters.flushes += 1;
-            if sweep {
+            if origin == Origin::Sweep {
                 if let Some(s) = tier.sweep.as_mut() {
                     s.flushed += 1;
                 }
             }
         }
         if evict {
-            return self.evict_now(ctx, &oid, sweep);
+            return self.evict_now(ctx, &oid, origin);
         }
         let clean = ObjMeta {
             dirty: false,
@@ -203,7 +207,7 @@ impl Pg {
             whiteout_on_remove: false,
         };
         let ops = vec![ObjOp::Create { exclusive: false }];
-        self.internal_write(ctx, &oid, ops, write, After::Done { sweep });
+        self.internal_write(ctx, &oid, ops, write, After::Done { origin });
     }
 
     /// Evict `oid` (clean), then run `then`.
@@ -212,16 +216,16 @@ impl Pg {
         ctx: &mut Ctx<'_>,
         oid: &str,
         then: Option<ClientOp>,
-        sweep: bool,
+        origin: Origin,
     ) {
         self.hold_object(oid, then);
-        self.evict_now(ctx, oid, sweep);
+        self.evict_now(ctx, oid, origin);
     }
 
-    fn evict_now(&mut self, ctx: &mut Ctx<'_>, oid: &str, sweep: bool) {
+    fn evict_now(&mut self, ctx: &mut Ctx<'_>, oid: &str, origin: Origin) {
         if let Some(tier) = self.tier_mut() {
             tier.counters.evicts += 1;
-            if sweep {
+            if origin == Origin::Sweep {
                 if let Some(s) = tier.sweep.as_mut() {
                     s.evicted += 1;
                 }
@@ -232,15 +236,13 @@ impl Pg {
             fresh: false,
             whiteout_on_remove: false,
         };
-        self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { sweep });
+        self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { origin });
     }
 
     /// A flush or eviction could not be done: the object stays as it is.
-    fn tier_step_failed(&mut self, ctx: &mut Ctx<'_>, oid: &str, sweep: bool) {
-        if sweep {
-            if let Some(s) = self.tier_mut().and_then(|t| t.sweep.as_mut()) {
-                s.one_done(false);
-            }
+    fn tier_step_failed(&mut self, ctx: &mut Ctx<'_>, oid: &str, origin: Origin) {
+        if let Some(t) = self.tier_mut() {
+            t.origin_done(origin, false);
         }
         self.unbusy(ctx, oid, None);
         self.kick_sweep(ctx);
@@ -318,9 +320,9 @@ impl Pg {
                     sweep.in_flight += 1;
                     passes = 0;
                     if s.is_dirty() {
-                        self.flush(ctx, &oid, true, None, true);
+                        self.flush(ctx, &oid, true, None, Origin::Sweep);
                     } else {
-                        self.evict(ctx, &oid, None, true);
+                        self.evict(ctx, &oid, None, Origin::Sweep);
                     }
                 }
                 Err(why) => {

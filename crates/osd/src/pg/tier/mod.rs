@@ -20,8 +20,10 @@
 //! write. It must never acknowledge a client write before the ordinary
 //! path does, nor evict an object that is dirty.
 
+pub mod agent;
 pub mod flush;
 pub mod hitset;
+pub mod index;
 pub mod meta;
 
 use std::collections::{HashMap, VecDeque};
@@ -59,8 +61,20 @@ pub(crate) struct TierWrite {
 pub(crate) enum After {
     /// A promotion is in: run the client op that asked for it.
     Replay(ClientOp),
-    /// A flush or an eviction is done (of a sweep when `sweep`).
-    Done { sweep: bool },
+    /// A flush or an eviction is done.
+    Done { origin: Origin },
+}
+
+/// Who asked for a flush or an eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A client op on the object (a draining cache).
+    Client,
+    /// `flush-evict-all`.
+    Sweep,
+    /// The agent, flushing or evicting.
+    AgentFlush,
+    AgentEvict,
 }
 
 /// The step a base-pool op or a local read was for.
@@ -72,11 +86,11 @@ pub(crate) enum Step {
     /// the partial object here, whose holes it fills).
     Promote { op: ClientOp, fill: Option<ObjMeta> },
     /// The object read here, to flush it.
-    FlushRead { evict: bool, sweep: bool },
+    FlushRead { evict: bool, origin: Origin },
     /// The object sent to the base pool.
     FlushPut {
         evict: bool,
-        sweep: bool,
+        origin: Origin,
         meta: ObjMeta,
     },
 }
@@ -94,11 +108,16 @@ pub(crate) struct TierPg {
     /// Internal writes in flight, by tid.
     pub internal: HashMap<u64, (String, TierWrite, After)>,
     next_tid: u64,
-    /// Per object: dirty, whiteout (loaded once the PG holds all its
-    /// objects; `None` before).
-    pub index: Option<HashMap<String, (bool, bool)>>,
+    /// The objects here (loaded once the PG holds all its objects;
+    /// `None` before).
+    pub index: Option<index::Index>,
     pub counters: TierStat,
     pub sweep: Option<flush::Sweep>,
+    /// The agent's flushes and evictions in flight.
+    pub agent_flushing: usize,
+    pub agent_evicting: usize,
+    /// When the agent runs next ([`crate::io::OsdIo::now`]).
+    pub agent_at: std::time::Duration,
 }
 
 impl TierPg {
@@ -106,28 +125,29 @@ impl TierPg {
         self.busy.values().map(|b| b.waiting.len()).sum()
     }
 
-    /// Record an object's cache state after a write.
-    pub fn note(&mut self, oid: &str, meta: Option<&ObjMeta>) {
-        if let Some(index) = self.index.as_mut() {
-            match meta {
-                Some(m) => {
-                    index.insert(oid.to_string(), (m.dirty, m.whiteout));
-                }
-                None => {
-                    index.remove(oid);
-                }
-            }
-        }
-    }
-
     pub fn stat(&self) -> Option<TierStat> {
         let index = self.index.as_ref()?;
         let mut st = self.counters.clone();
-        st.dirty = index.values().filter(|(d, _)| *d).count() as u64;
-        st.whiteouts = index.values().filter(|(_, w)| *w).count() as u64;
-        st.flushing = self.sweep.as_ref().is_some_and(|s| !s.finished());
-        st.evicting = st.flushing;
+        st.dirty = index.dirty();
+        st.whiteouts = index.whiteouts();
+        let sweeping = self.sweep.as_ref().is_some_and(|s| !s.finished());
+        st.flushing |= sweeping || self.agent_flushing > 0;
+        st.evicting |= sweeping || self.agent_evicting > 0;
         Some(st)
+    }
+
+    /// A flush or eviction asked for by `origin` ended.
+    pub fn origin_done(&mut self, origin: Origin, ok: bool) {
+        match origin {
+            Origin::Client => {}
+            Origin::Sweep => {
+                if let Some(s) = self.sweep.as_mut() {
+                    s.one_done(ok);
+                }
+            }
+            Origin::AgentFlush => self.agent_flushing = self.agent_flushing.saturating_sub(1),
+            Origin::AgentEvict => self.agent_evicting = self.agent_evicting.saturating_sub(1),
+        }
     }
 }
 
@@ -202,9 +222,13 @@ impl Pg {
         };
         let oid = op.op.oid.clone();
         let now = ctx.io.wall_secs();
+        let full = self.tier_full(ctx);
         let Some(tier) = self.tier_mut() else {
             return self.run_local(ctx, op, None);
         };
+        if let Some(ix) = tier.index.as_mut() {
+            ix.touch(&oid, now);
+        }
         if tier.busy.contains_key(&oid) {
             if tier.waiting() >= MAX_TIER_WAITING {
                 let epoch = ctx.map.epoch;
@@ -230,8 +254,8 @@ impl Pg {
             // Draining: nothing new stays here.
             return match state {
                 CacheState::Absent => self.proxy(ctx, base, op),
-                s if s.is_dirty() => self.flush(ctx, &oid, true, Some(op), false),
-                _ => self.evict(ctx, &oid, Some(op), false),
+                s if s.is_dirty() => self.flush(ctx, &oid, true, Some(op), Origin::Client),
+                _ => self.evict(ctx, &oid, Some(op), Origin::Client),
             };
         }
         let promote_after = |recency: u32| recency == 0 || seen >= recency as usize;
@@ -242,6 +266,9 @@ impl Pg {
                 self.run_local(ctx, op, Some(meta))
             }
             CacheState::Partial(meta) => self.promote(ctx, base, op, Some(meta)),
+            // At its target the cache takes no new object: the base pool
+            // serves it (clients slow to the base pool's pace, never hang).
+            CacheState::Absent if full => self.proxy(ctx, base, op),
             CacheState::Absent => match (kind, mode) {
                 (Kind::Read, CacheMode::Writeback)
                     if promote_after(params.min_read_recency_for_promote) =>
@@ -421,9 +448,11 @@ impl Pg {
                 self.unbusy(ctx, &oid, None);
             }
             Step::Promote { op, fill } => self.promoted(ctx, oid, op, fill, result),
-            Step::FlushPut { evict, sweep, meta } => {
-                self.flushed(ctx, oid, evict, sweep, meta, result)
-            }
+            Step::FlushPut {
+                evict,
+                origin,
+                meta,
+            } => self.flushed(ctx, oid, evict, origin, meta, result),
             Step::FlushRead { .. } => {
                 unreachable!("pg {}: a flush read came as a base op", self.id)
             }
@@ -523,6 +552,7 @@ impl Pg {
 
     /// Put the cache state of a write into its transaction; returns
     /// whether the object exists after it (a removal leaves a whiteout).
+    #[allow(clippy::too_many_arguments)] // the write path's state, passed through
     pub(crate) fn apply_tier_write(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -531,6 +561,7 @@ impl Pg {
         version: cairn_types::Version,
         txn: &mut cairn_store::Transaction,
         exists: bool,
+        ops: &[ObjOp],
     ) -> bool {
         let meta = if !exists && w.whiteout_on_remove {
             let since = w
@@ -561,12 +592,10 @@ impl Pg {
             None
         };
         let exists = exists || meta.is_some();
-        if let Some(tier) = self.tier_mut() {
-            match (&meta, exists) {
-                (Some(m), _) => tier.note(&oid.name, Some(m)),
-                (None, false) => tier.note(&oid.name, None),
-                (None, true) => {}
-            }
+        let size = written_size(ops);
+        let now = ctx.io.wall_secs();
+        if let Some(ix) = self.tier_mut().and_then(|t| t.index.as_mut()) {
+            ix.note_write(&oid.name, meta.as_ref(), exists, size, now);
         }
         exists
     }
@@ -606,6 +635,7 @@ impl Pg {
         &mut self,
         store: &dyn cairn_store::ObjectStore,
         epoch: cairn_types::Epoch,
+        now: u64,
     ) -> Option<TierStat> {
         if !self.is_active() || !self.missing.is_empty() {
             return None;
@@ -613,7 +643,7 @@ impl Pg {
         let pg = self.id;
         let tier = self.tier_mut()?;
         if tier.index.is_none() {
-            tier.index = Some(load_index(store, pg).ok()?);
+            tier.index = Some(index::Index::load(store, pg, now).ok()?);
         }
         let mut st = tier.stat()?;
         st.counted_epoch = epoch;
@@ -648,11 +678,9 @@ impl Pg {
                     self.unbusy(ctx, &oid, Some(op));
                 }
             }
-            After::Done { sweep } => {
-                if sweep {
-                    if let Some(s) = self.tier_mut().and_then(|t| t.sweep.as_mut()) {
-                        s.one_done(result.is_ok());
-                    }
+            After::Done { origin } => {
+                if let Some(t) = self.tier_mut() {
+                    t.origin_done(origin, result.is_ok());
                 }
                 self.unbusy(ctx, &oid, None);
                 self.kick_sweep(ctx);
@@ -690,25 +718,25 @@ impl TierPg {
     }
 }
 
-/// Every object's cache state in `pg`, read from the store.
-fn load_index(
-    store: &dyn cairn_store::ObjectStore,
-    pg: cairn_types::PgId,
-) -> Result<HashMap<String, (bool, bool)>, String> {
-    let names = store
-        .list_objects(pg)
-        .map_err(|e| format!("pg {pg}: cannot list objects: {e}"))?;
-    let mut index = HashMap::with_capacity(names.len());
-    for name in names {
-        if crate::pg::persist::is_internal(&name) {
-            continue;
-        }
-        let state = meta::read_state(store, &ObjectId::new(pg, name.clone()))?;
-        if let Some(m) = state.meta() {
-            index.insert(name, (m.dirty, m.whiteout));
+/// The object size a request leaves: exact (`true`) or at least.
+fn written_size(ops: &[ObjOp]) -> Option<(u64, bool)> {
+    let mut size: Option<(u64, bool)> = None;
+    for op in ops {
+        match op {
+            ObjOp::Write { offset, data } => {
+                let end = offset + data.len() as u64;
+                size = Some(match size {
+                    Some((s, exact)) => (s.max(end), exact),
+                    None => (end, false),
+                });
+            }
+            ObjOp::Truncate { size: s } => size = Some((*s, true)),
+            ObjOp::CopyPut(c) => size = Some((c.data.len() as u64, true)),
+            ObjOp::Remove => size = Some((0, true)),
+            _ => {}
         }
     }
-    Ok(index)
+    size
 }
 
 fn partial_meta() -> ObjMeta {
