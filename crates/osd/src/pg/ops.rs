@@ -104,7 +104,11 @@ impl Pg {
             let write = self.internal_tier_write(op.op.tid);
             return self.do_write_tiered(ctx, op, write);
         }
-        if tier::cache_of(ctx, self.id.pool).is_some() {
+        let mutation = op.op.ops.iter().any(ObjOp::is_mutation);
+        // A resend of a mutation applied here gets its outcome from the
+        // log, whatever the cache holds of its object now.
+        let applied = mutation && self.log.find_reqid(&op.op.reqid).is_some();
+        if tier::cache_of(ctx, self.id.pool).is_some() && !applied {
             return self.tier_client_op(ctx, op);
         }
         if op.op.ops.iter().any(ObjOp::is_mutation) {
