@@ -113,17 +113,21 @@ fn flush_evict_all(ctx: &Context, cache: &str, wait: u64) -> Result<()> {
             for (&osd, owned) in &by_primary {
                 // A PG whose primary changed starts again on the new one.
                 let restart = owned.iter().any(|pg| started.get(pg) != Some(&osd));
-                if restart
-                    && osd_request(
-                        &cluster,
-                        osd,
-                        OsdAdminCommand::TierFlushEvictAll { pool: pool_id },
-                    )
-                    .await
-                    .is_ok()
-                {
-                    for pg in owned {
-                        started.insert(*pg, osd);
+                if restart {
+                    let cmd = OsdAdminCommand::TierFlushEvictAll { pool: pool_id };
+                    // The PGs it started (active ones); the others are
+                    // asked again next round.
+                    if let Ok(text) = osd_request(&cluster, osd, cmd).await {
+                        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                        for pg in owned {
+                            let listed = v["pgs"]
+                                .as_array()
+                                .is_some_and(|a| a.iter().any(|p| p == &json!(pg.to_string())));
+                            if listed {
+                                started.insert(*pg, osd);
+                                reports.remove(pg);
+                            }
+                        }
                     }
                 }
                 if let Ok(text) = osd_request(
@@ -135,8 +139,14 @@ fn flush_evict_all(ctx: &Context, cache: &str, wait: u64) -> Result<()> {
                 {
                     let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
                     for pg in owned {
-                        if let Some(r) = v.get(pg.to_string()).filter(|r| !r.is_null()) {
-                            reports.insert(*pg, r.clone());
+                        match v.get(pg.to_string()).filter(|r| !r.is_null()) {
+                            Some(r) => {
+                                reports.insert(*pg, r.clone());
+                            }
+                            // Its sweep is gone (the PG re-peered): again.
+                            None => {
+                                started.remove(pg);
+                            }
                         }
                     }
                 }

@@ -31,7 +31,10 @@ const OP_LIMIT: Duration = Duration::from_secs(90);
 type Model = BTreeMap<String, Option<Vec<u8>>>;
 
 async fn read(c: &Cluster, pool: PoolId, oid: &str, direct: bool) -> Option<Vec<u8>> {
-    let ops = vec![ObjOp::Read { offset: 0, len: 1 << 20 }];
+    let ops = vec![ObjOp::Read {
+        offset: 0,
+        len: 1 << 20,
+    }];
     let done = if direct {
         c.op_ignoring_overlay(pool, oid, ops).await
     } else {
@@ -69,9 +72,16 @@ async fn one_op(c: &Cluster, pool: PoolId, model: &mut Model, rng: &mut StdRng, 
         0..=3 => {
             let offset = rng.gen_range(0..MAX_SIZE / 4096) * 4096;
             let len = (rng.gen_range(1..=8) * 4096).min(MAX_SIZE - offset);
-            let data: Vec<u8> = (0..len).map(|i| (step as u8).wrapping_add((i / 7) as u8) | 1).collect();
-            let ops = vec![ObjOp::Write { offset, data: Bytes::from(data.clone()) }];
-            within("write", OP_LIMIT, c.op(pool, &oid, ops)).await.expect("write");
+            let data: Vec<u8> = (0..len)
+                .map(|i| (step as u8).wrapping_add((i / 7) as u8) | 1)
+                .collect();
+            let ops = vec![ObjOp::Write {
+                offset,
+                data: Bytes::from(data.clone()),
+            }];
+            within("write", OP_LIMIT, c.op(pool, &oid, ops))
+                .await
+                .expect("write");
             let mut obj = current.unwrap_or_default();
             let end = (offset + len) as usize;
             if obj.len() < end {
@@ -82,14 +92,23 @@ async fn one_op(c: &Cluster, pool: PoolId, model: &mut Model, rng: &mut StdRng, 
         }
         4..=6 => {
             let got = within("read", OP_LIMIT, read(c, pool, &oid, false)).await;
-            assert_eq!(got.as_ref().map(Vec::len), current.as_ref().map(Vec::len), "step {step}: size of {oid}");
-            assert!(got == current, "step {step}: {oid} read back differs from the model");
+            assert_eq!(
+                got.as_ref().map(Vec::len),
+                current.as_ref().map(Vec::len),
+                "step {step}: size of {oid}"
+            );
+            assert!(
+                got == current,
+                "step {step}: {oid} read back differs from the model"
+            );
         }
         7 | 8 => {
             let offset = rng.gen_range(0..MAX_SIZE / 4096) * 4096;
             let len = rng.gen_range(1..=6) * 4096;
             let ops = vec![ObjOp::Zero { offset, len }];
-            within("zero", OP_LIMIT, c.op(pool, &oid, ops)).await.expect("zero");
+            within("zero", OP_LIMIT, c.op(pool, &oid, ops))
+                .await
+                .expect("zero");
             if let Some(mut obj) = current {
                 zero(&mut obj, offset, len);
                 model.insert(oid, Some(obj));
@@ -100,7 +119,9 @@ async fn one_op(c: &Cluster, pool: PoolId, model: &mut Model, rng: &mut StdRng, 
             match (done, current.is_some()) {
                 (Ok(_), true) => {}
                 (Err(ClientError::Op(OpError::NotFound)), false) => {}
-                (other, exists) => panic!("step {step}: remove of {oid} (exists: {exists}): {other:?}"),
+                (other, exists) => {
+                    panic!("step {step}: remove of {oid} (exists: {exists}): {other:?}")
+                }
             }
             model.insert(oid, None);
         }
@@ -111,7 +132,17 @@ async fn one_op(c: &Cluster, pool: PoolId, model: &mut Model, rng: &mut StdRng, 
 async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
     let cluster = Arc::new(TestCluster::up(3));
     for pool in ["base", "cache"] {
-        cluster.ok(&["pool", "create", pool, "--pg-num", "8", "--size", "3", "--min-size", "2"]);
+        cluster.ok(&[
+            "pool",
+            "create",
+            pool,
+            "--pg-num",
+            "8",
+            "--size",
+            "3",
+            "--min-size",
+            "2",
+        ]);
     }
     cluster.ok(&["osd", "tier", "add", "base", "cache"]);
     cluster.ok(&["osd", "tier", "cache-mode", "cache", "writeback"]);
@@ -135,7 +166,10 @@ async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
         .await
         .expect("map");
 
-    let seed: u64 = std::env::var("CAIRN_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("CAIRN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("seed {seed} (CAIRN_TEST_SEED to repeat the workload)");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut model: Model = BTreeMap::new();
@@ -155,7 +189,8 @@ async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
                 std::thread::sleep(Duration::from_millis(rng.gen_range(500..2500)));
                 if rng.gen_bool(0.5) {
                     // A sweep while the OSD is down; it may not finish.
-                    let _ = cluster.cairn(&["osd", "tier", "flush-evict-all", "cache", "--wait", "5"]);
+                    let _ =
+                        cluster.cairn(&["osd", "tier", "flush-evict-all", "cache", "--wait", "5"]);
                 }
                 cluster.restart_missing();
             }
@@ -177,7 +212,10 @@ async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
 
     for (oid, want) in &model {
         let got = within("read back", OP_LIMIT, read(&c, base, oid, false)).await;
-        assert!(&got == want, "{oid} through the cache differs from the model");
+        assert!(
+            &got == want,
+            "{oid} through the cache differs from the model"
+        );
     }
     let out = blocking("flush-evict-all", {
         let cluster = cluster.clone();
@@ -187,6 +225,9 @@ async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
     eprintln!("{out}");
     for (oid, want) in &model {
         let got = within("base read", OP_LIMIT, read(&c, base, oid, true)).await;
-        assert!(&got == want, "{oid} in the base pool differs from the model after the flush");
+        assert!(
+            &got == want,
+            "{oid} in the base pool differs from the model after the flush"
+        );
     }
 }

@@ -37,12 +37,12 @@ impl Monitor {
                         c.name,
                         c.name
                     )),
-                    Some(c) => nothing_dirty(&st.pg_stats, c),
+                    Some(c) => nothing_dirty(&st.pg_stats, c, true),
                     None => Ok(()),
                 }
             }
             TierCommand::Rm { cache, .. } => match st.map.pool_by_name(cache) {
-                Some(c) if c.is_cache() => nothing_dirty(&st.pg_stats, c),
+                Some(c) if c.is_cache() => nothing_dirty(&st.pg_stats, c, false),
                 _ => Ok(()),
             },
             _ => Ok(()),
@@ -131,21 +131,34 @@ fn pool_is_empty(
     Ok(())
 }
 
-/// Every PG of cache `pool` reported no dirty object, counted under a map
-/// at least as new as the cache's last mode or overlay change.
-fn nothing_dirty(stats: &HashMap<PgId, PgStat>, pool: &Pool) -> Result<(), String> {
+/// Every PG of cache `pool` reported no dirty object (and, if `empty`, no
+/// object at all), counted under a map at least as new as the cache's
+/// last mode or overlay change.
+fn nothing_dirty(stats: &HashMap<PgId, PgStat>, pool: &Pool, empty: bool) -> Result<(), String> {
     let since = pool.tier.mode_epoch;
-    let mut dirty = 0u64;
+    let (mut dirty, mut objects) = (0u64, 0u64);
     let mut unknown = Vec::new();
     for pg in pool.pgs() {
         match stats.get(&pg).and_then(|s| s.tier.as_ref()) {
-            Some(t) if t.counted_epoch >= since => dirty += t.dirty,
+            Some(t) if t.counted_epoch >= since => {
+                dirty += t.dirty;
+                objects += t.objects;
+            }
             _ => unknown.push(pg),
         }
     }
     if dirty > 0 {
         return Err(format!(
             "cache '{}' still holds {dirty} dirty objects: `osd tier flush-evict-all {}` first",
+            pool.name, pool.name
+        ));
+    }
+    if objects > 0 && empty {
+        // Clean copies left behind would be served, stale, if the overlay
+        // came back after clients wrote to the base pool directly.
+        return Err(format!(
+            "cache '{}' still holds {objects} objects: `osd tier flush-evict-all {}` first \
+             (in mode none the agent empties it too)",
             pool.name, pool.name
         ));
     }

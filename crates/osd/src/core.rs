@@ -542,12 +542,12 @@ impl OsdCore {
     }
 
     /// Start flushing and evicting every object of the PGs of cache pool
-    /// `pool` this OSD is primary for; returns how many PGs.
+    /// `pool` this OSD is primary for and that are active; returns them.
     pub fn tier_flush_evict_all(
         &mut self,
         pool: cairn_types::PoolId,
         io: &mut dyn OsdIo,
-    ) -> Result<usize, String> {
+    ) -> Result<Vec<PgId>, String> {
         match self.map.pool(pool) {
             Some(p) if p.is_cache() => {}
             Some(p) => return Err(format!("pool '{}' is not a cache tier", p.name)),
@@ -565,7 +565,7 @@ impl OsdCore {
             }
         }
         self.kick_wanting(io);
-        Ok(pgs.len())
+        Ok(pgs)
     }
 
     /// The sweeps of cache pool `pool`'s PGs this OSD is primary for.

@@ -444,6 +444,8 @@ pub struct TierStat {
     /// Whiteouts among the objects (removals not yet flushed, or flushed
     /// and not yet evicted).
     pub whiteouts: u64,
+    /// Objects held (whiteouts included).
+    pub objects: u64,
     /// The map epoch at which `dirty` was counted.
     pub counted_epoch: Epoch,
     /// The agent or a sweep is flushing, or evicting, now.

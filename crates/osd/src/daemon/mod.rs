@@ -361,7 +361,10 @@ impl Osd {
                         cairn_wire::OsdAdminCommand::ConfigShow => self.config_show(),
                         cairn_wire::OsdAdminCommand::TierFlushEvictAll { pool } => self
                             .with_core(|core, io| core.tier_flush_evict_all(pool, io))
-                            .map(|pgs| serde_json::json!({ "pgs": pgs }).to_string()),
+                            .map(|pgs| {
+                                let pgs: Vec<String> = pgs.iter().map(|p| p.to_string()).collect();
+                                serde_json::json!({ "pgs": pgs }).to_string()
+                            }),
                         cairn_wire::OsdAdminCommand::TierSweepStatus { pool } => {
                             let sweeps = self.with_core(|core, _| core.tier_sweeps(pool));
                             let pgs: serde_json::Map<String, serde_json::Value> = sweeps

@@ -338,6 +338,8 @@ pub struct Pg {
     pub(crate) counters: Counters,
     /// Client requests taken as primary since this OSD started.
     pub(crate) client_io: cairn_wire::ClientIo,
+    /// Cache-tier state that outlives a primary term.
+    pub(crate) tier_lasting: tier::Lasting,
     pub(crate) objects_estimate: u64,
     /// What peering learned, kept until activation.
     pub(crate) peered: Option<Box<peering::Peered>>,
@@ -430,6 +432,7 @@ impl Pg {
             strays: BTreeMap::new(),
             counters: Counters::default(),
             client_io: Default::default(),
+            tier_lasting: Default::default(),
             objects_estimate: 0,
             peered: None,
             retry_at: Duration::ZERO,
@@ -581,6 +584,10 @@ impl Pg {
         for obj in primary.objects.into_values() {
             self.waiting_active.extend(obj.waiting);
         }
+        // The cache's own writes of this term are not redone: whatever
+        // they were for starts again from the client op that asked.
+        self.waiting_active
+            .retain(|op| op.client != tier::TIER_CLIENT);
         if let Some(tier) = tier {
             self.waiting_active.extend(tier.into_held_ops());
         }

@@ -101,8 +101,12 @@ impl Pg {
             return;
         };
         if op.client == tier::TIER_CLIENT {
-            let write = self.internal_tier_write(op.op.tid);
-            return self.do_write_tiered(ctx, op, write);
+            let Some(write) = self.internal_tier_write(op.op.tid) else {
+                // Made in an earlier primary term: not redone.
+                tracing::debug!("pg {}: dropping a cache write of an earlier term", self.id);
+                return;
+            };
+            return self.do_write_tiered(ctx, op, Some(write));
         }
         let mutation = op.op.ops.iter().any(ObjOp::is_mutation);
         // A resend of a mutation applied here gets its outcome from the

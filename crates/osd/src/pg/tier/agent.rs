@@ -60,6 +60,8 @@ impl Pg {
     /// Run the agent if due: every [`AGENT_IDLE`] when it has nothing to
     /// do, at every tick while it works.
     pub(crate) fn tier_agent_tick(&mut self, ctx: &mut Ctx<'_>) {
+        // A sweep's objects put back (busy then) are tried again.
+        self.kick_sweep(ctx);
         let now = ctx.io.now();
         let Some(tier) = self.tier_mut() else {
             return;
@@ -91,7 +93,9 @@ impl Pg {
         let now = ctx.io.wall_secs();
         let pg = self.id;
         let store = ctx.io.store();
-        let Some(tier) = self.tier_mut() else {
+        let _ = self.tier_mut(); // made on first use
+        let lasting = &self.tier_lasting.base_inflight;
+        let Some(tier) = self.primary.as_mut().and_then(|p| p.tier.as_deref_mut()) else {
             return;
         };
         if tier.index.is_none() {
@@ -138,7 +142,7 @@ impl Pg {
         } else {
             u64::from(params.cache_min_evict_age)
         };
-        let pending = |n: &str| busy.contains_key(n);
+        let pending = |n: &str| busy.contains_key(n) || lasting.contains_key(n);
         let flush = ix.flush_candidates(
             now,
             flush_age,

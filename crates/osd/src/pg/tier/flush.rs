@@ -48,6 +48,7 @@ impl Pg {
     fn hold_object(&mut self, oid: &str, then: Option<ClientOp>) {
         if let Some(tier) = self.tier_mut() {
             let busy = tier.busy.entry(oid.to_string()).or_default();
+            busy.stepping = true;
             if let Some(op) = then {
                 busy.waiting.push_front(op);
             }
@@ -99,11 +100,12 @@ impl Pg {
         }
         let fail = |pg: &mut Pg, ctx: &mut Ctx<'_>, why: String| {
             tracing::warn!("pg {}: cannot flush {oid:?}: {why}", pg.id);
-            pg.tier_step_failed(ctx, &oid, origin);
+            let error = OpError::Io(format!("cannot flush {oid:?}: {why}"));
+            pg.tier_step_failed(ctx, &oid, origin, error);
         };
         let copy = match result {
             Ok(Some(copy)) => copy,
-            Ok(None) => return self.tier_step_failed(ctx, &oid, origin),
+            Ok(None) => return fail(self, ctx, "it is gone".into()),
             Err(e) => return fail(self, ctx, e.to_string()),
         };
         let meta: ObjMeta = match copy.attrs.iter().find(|(k, _)| k == TIER_ATTR) {
@@ -119,7 +121,9 @@ impl Pg {
         let Some((base, _, _)) = cache_of(ctx, self.id.pool) else {
             return fail(self, ctx, "the pool is no longer a cache tier".into());
         };
-        let data = copy.data.unwrap_or_default();
+        let Some(data) = copy.data else {
+            return fail(self, ctx, "its copy holds no data".into());
+        };
         let ops = if meta.whiteout {
             vec![ObjOp::Remove]
         } else if let Some(extents) = &meta.partial {
@@ -182,7 +186,7 @@ impl Pg {
                     "pg {}: flushing {oid:?} to the base pool failed: {e}",
                     self.id
                 );
-                return self.tier_step_failed(ctx, &oid, origin);
+                return self.tier_step_failed(ctx, &oid, origin, e);
             }
         }
         if let Some(tier) = self.tier_mut() {
@@ -239,10 +243,19 @@ impl Pg {
         self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { origin });
     }
 
-    /// A flush or eviction could not be done: the object stays as it is.
-    fn tier_step_failed(&mut self, ctx: &mut Ctx<'_>, oid: &str, origin: Origin) {
+    /// A flush or eviction could not be done: the object stays as it is;
+    /// a client op that waited for it gets the error (done again, it
+    /// would only fail again).
+    fn tier_step_failed(&mut self, ctx: &mut Ctx<'_>, oid: &str, origin: Origin, error: OpError) {
+        let mut first = None;
         if let Some(t) = self.tier_mut() {
             t.origin_done(origin, false);
+            if origin == Origin::Client {
+                first = t.busy.get_mut(oid).and_then(|b| b.waiting.pop_front());
+            }
+        }
+        if let Some(op) = first {
+            crate::pg::reply(ctx, &op, Err(error));
         }
         self.unbusy(ctx, oid, None);
         self.kick_sweep(ctx);
@@ -252,6 +265,15 @@ impl Pg {
     pub(crate) fn start_sweep(&mut self, ctx: &mut Ctx<'_>) -> Result<(), String> {
         if self.primary.is_none() {
             return Err(format!("pg {} is not active here", self.id));
+        }
+        let running = self
+            .primary
+            .as_ref()
+            .and_then(|p| p.tier.as_ref())
+            .and_then(|t| t.sweep.as_ref())
+            .is_some_and(|s| !s.finished());
+        if running {
+            return Ok(()); // one sweep at a time: this one goes on
         }
         let names = ctx
             .io
@@ -290,8 +312,15 @@ impl Pg {
                 return;
             };
             passes += 1;
-            if tier.busy.contains_key(&oid) {
-                // A client op has it: come back to it.
+            let blocked = tier.busy.contains_key(&oid)
+                || self.tier_lasting.base_inflight.contains_key(&oid)
+                || self.missing.contains_key(&oid);
+            let Some(tier) = self.primary.as_mut().and_then(|p| p.tier.as_deref_mut()) else {
+                return;
+            };
+            if blocked {
+                // A client op has it, or this OSD lacks its newest version:
+                // come back to it.
                 if let Some(s) = tier.sweep.as_mut() {
                     s.queue.push_back(oid);
                 }

@@ -98,6 +98,20 @@ pub(crate) enum Step {
 #[derive(Debug, Default)]
 struct Busy {
     waiting: VecDeque<ClientOp>,
+    /// A step of this term holds the object (else only ops waiting for
+    /// an earlier term's base op to land).
+    stepping: bool,
+}
+
+/// Cache-tier state of a PG that outlives a primary term.
+#[derive(Debug, Default)]
+pub(crate) struct Lasting {
+    /// Tids of the cache's own writes: never reused, so an answer from an
+    /// earlier term cannot be taken for one of this term.
+    pub next_tid: u64,
+    /// Base-pool ops in flight per object, this term's and earlier ones'
+    /// (which may still land): no new step starts on such an object.
+    pub base_inflight: HashMap<String, u32>,
 }
 
 /// A cache PG's tiering state on its primary.
@@ -107,7 +121,6 @@ pub(crate) struct TierPg {
     busy: HashMap<String, Busy>,
     /// Internal writes in flight, by tid.
     pub internal: HashMap<u64, (String, TierWrite, After)>,
-    next_tid: u64,
     /// The objects here (loaded once the PG holds all its objects;
     /// `None` before).
     pub index: Option<index::Index>,
@@ -129,6 +142,7 @@ impl TierPg {
         let index = self.index.as_ref()?;
         let mut st = self.counters.clone();
         st.dirty = index.dirty();
+        st.objects = index.objects();
         st.whiteouts = index.whiteouts();
         let sweeping = self.sweep.as_ref().is_some_and(|s| !s.finished());
         st.flushing |= sweeping || self.agent_flushing > 0;
@@ -229,14 +243,16 @@ impl Pg {
         if let Some(ix) = tier.index.as_mut() {
             ix.touch(&oid, now);
         }
-        if tier.busy.contains_key(&oid) {
+        let old_base_op = self.tier_lasting.base_inflight.contains_key(&oid);
+        let Some(tier) = self.primary.as_mut().and_then(|p| p.tier.as_deref_mut()) else {
+            return self.run_local(ctx, op, None);
+        };
+        if tier.busy.contains_key(&oid) || old_base_op {
             if tier.waiting() >= MAX_TIER_WAITING {
                 let epoch = ctx.map.epoch;
                 return reply(ctx, &op, Err(OpError::Retry { epoch }));
             }
-            if let Some(busy) = tier.busy.get_mut(&oid) {
-                busy.waiting.push_back(op);
-            }
+            tier.busy.entry(oid).or_default().waiting.push_back(op);
             return;
         }
         let seen = tier.hit_sets.hit(
@@ -405,8 +421,13 @@ impl Pg {
             return self.abandon(ctx, step);
         };
         if let Some(tier) = self.tier_mut() {
-            tier.busy.entry(oid.clone()).or_default();
+            tier.busy.entry(oid.clone()).or_default().stepping = true;
         }
+        *self
+            .tier_lasting
+            .base_inflight
+            .entry(oid.clone())
+            .or_default() += 1;
         let id = ctx.id();
         self.waits.insert(
             id,
@@ -438,9 +459,20 @@ impl Pg {
         step: Step,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
+        self.base_op_ended(&oid);
         if self.act() != Some(act) {
-            // Peering started meanwhile: clients resend to the new primary.
-            return self.abandon(ctx, step);
+            // From an earlier term: clients resend to this one, and ops
+            // that waited for this one to land may go on.
+            self.abandon(ctx, step);
+            let free = self
+                .primary
+                .as_ref()
+                .and_then(|p| p.tier.as_ref())
+                .is_some_and(|t| t.busy.get(&oid).is_some_and(|b| !b.stepping));
+            if free && !self.tier_lasting.base_inflight.contains_key(&oid) {
+                self.unbusy(ctx, &oid, None);
+            }
+            return;
         }
         match step {
             Step::Proxy(op) => {
@@ -484,10 +516,19 @@ impl Pg {
             }
         };
         let (ops, meta) = match (copy, fill) {
-            // Nowhere: the op runs on an absent object here.
+            // Nowhere: the op runs on an absent object here, before the
+            // ops that came after it (a write holds them in `admit`).
             (None, None) => {
-                self.unbusy(ctx, &oid, None);
-                return self.run_local(ctx, op, None);
+                let waiting = self
+                    .tier_mut()
+                    .and_then(|t| t.busy.remove(&oid))
+                    .map(|b| b.waiting)
+                    .unwrap_or_default();
+                self.run_local(ctx, op, None);
+                for later in waiting {
+                    self.client_op(ctx, later);
+                }
+                return;
             }
             (None, Some(meta)) => (
                 vec![ObjOp::Create { exclusive: false }],
@@ -525,11 +566,11 @@ impl Pg {
         write: TierWrite,
         after: After,
     ) {
+        self.tier_lasting.next_tid += 1;
+        let tid = self.tier_lasting.next_tid;
         let Some(tier) = self.tier_mut() else {
             return;
         };
-        tier.next_tid += 1;
-        let tid = tier.next_tid;
         tier.internal.insert(tid, (oid.to_string(), write, after));
         let op = ClientOp {
             client: TIER_CLIENT,
@@ -643,7 +684,13 @@ impl Pg {
         let pg = self.id;
         let tier = self.tier_mut()?;
         if tier.index.is_none() {
-            tier.index = Some(index::Index::load(store, pg, now).ok()?);
+            match index::Index::load(store, pg, now) {
+                Ok(ix) => tier.index = Some(ix),
+                Err(e) => {
+                    tracing::warn!("pg {pg}: cannot count the cache's objects: {e}");
+                    return None;
+                }
+            }
         }
         let mut st = tier.stat()?;
         st.counted_epoch = epoch;
@@ -664,6 +711,10 @@ impl Pg {
         result: Result<Vec<OpOutput>, OpError>,
     ) {
         let Some((oid, _, after)) = self.tier_mut().and_then(|t| t.internal.remove(&tid)) else {
+            tracing::warn!(
+                "pg {}: an answer to cache write {tid}, which this term did not make",
+                self.id
+            );
             return;
         };
         if let Err(e) = &result {
@@ -671,7 +722,11 @@ impl Pg {
         }
         match after {
             After::Replay(op) => {
-                if let Err(e) = result {
+                let base = cache_of(ctx, self.id.pool).map(|(b, _, _)| b);
+                if let (Err(_), Some(base), Kind::Read) = (&result, base, kind(&op.op.ops)) {
+                    // The cache could not take it (full): read it from the base.
+                    self.proxy(ctx, base, op);
+                } else if let Err(e) = result {
                     reply(ctx, &op, Err(e));
                     self.unbusy(ctx, &oid, None);
                 } else {
@@ -684,6 +739,16 @@ impl Pg {
                 }
                 self.unbusy(ctx, &oid, None);
                 self.kick_sweep(ctx);
+            }
+        }
+    }
+
+    /// One base op on `oid` answered.
+    fn base_op_ended(&mut self, oid: &str) {
+        if let Some(n) = self.tier_lasting.base_inflight.get_mut(oid) {
+            *n -= 1;
+            if *n == 0 {
+                self.tier_lasting.base_inflight.remove(oid);
             }
         }
     }
