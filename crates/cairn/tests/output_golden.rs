@@ -35,6 +35,7 @@ const COMMANDS: &[&[&str]] = &[
     &["osd", "crush", "rule", "ls"],
     &["pool", "ls"],
     &["pool", "get", "rbd", "size"],
+    &["pool", "stats"],
     &["pg", "ls"],
     &["pg", "query", "1.0"],
     &["pg", "inconsistent"],

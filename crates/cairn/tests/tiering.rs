@@ -537,3 +537,44 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
         assert_eq!(got, pattern(500 + i, 4096), "{v}");
     }
 }
+
+/// Readproxy: reads of objects not in the cache are always proxied, however
+/// often they are seen; a write promotes the object and lands in the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readproxy_proxies_reads_and_promotes_on_write() {
+    let cluster = two_pools(3);
+    let (c, base, _cache) = writeback(&cluster).await;
+    cluster.ok(&["osd", "tier", "cache-mode", "cache", "readproxy"]);
+    cluster.ok(&["pool", "set", "cache", "min_read_recency_for_promote", "0"]);
+    c.wait_for_epoch(epoch(&cluster) as u32).await.expect("map");
+    for _ in 0..3 {
+        assert_eq!(
+            read(&c, base, "old", false).await.expect("read"),
+            pattern(1, 100_000)
+        );
+    }
+    let v = wait_cache_stats(&cluster, "cache", "proxied reads", |v| {
+        v["cache_io"]["proxied_reads"].as_u64() >= Some(3)
+    });
+    assert_eq!(
+        v["cache_io"]["promotes"], 0,
+        "a read promoted in readproxy: {v}"
+    );
+    assert_eq!(v["objects"], 0, "{v}");
+    // A write promotes the whole object, then applies.
+    write(&c, base, "old", 50_000, &pattern(7, 4096)).await;
+    let mut model = pattern(1, 100_000);
+    model[50_000..54_096].copy_from_slice(&pattern(7, 4096));
+    let v = wait_cache_stats(&cluster, "cache", "promotion by a write", |v| {
+        v["cache_io"]["promotes"] == 1 && v["cache_io"]["dirty_objects"] == 1
+    });
+    assert_eq!(v["cache_io"]["partial_writes"], 0, "{v}");
+    assert_eq!(read(&c, base, "old", false).await.expect("read"), model);
+    assert_eq!(
+        read(&c, base, "old", true).await.expect("base"),
+        pattern(1, 100_000),
+        "the base pool has the write only once flushed"
+    );
+    cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    assert_eq!(read(&c, base, "old", true).await.expect("base"), model);
+}
