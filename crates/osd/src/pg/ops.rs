@@ -109,13 +109,14 @@ impl Pg {
             return self.do_write_tiered(ctx, op, Some(write));
         }
         let mutation = op.op.ops.iter().any(ObjOp::is_mutation);
-        // A resend of a mutation applied here gets its outcome from the
-        // log, whatever the cache holds of its object now.
-        let applied = mutation && self.log.find_reqid(&op.op.reqid).is_some();
-        if tier::cache_of(ctx, self.id.pool).is_some() && !applied {
-            return self.tier_client_op(ctx, op);
+        if tier::cache_of(ctx, self.id.pool).is_some() {
+            // A resend of a mutation applied here gets its outcome from
+            // the log, whatever the cache holds of its object now.
+            if !(mutation && self.log.find_reqid(&op.op.reqid).is_some()) {
+                return self.tier_client_op(ctx, op);
+            }
         }
-        if op.op.ops.iter().any(ObjOp::is_mutation) {
+        if mutation {
             self.do_write_tiered(ctx, op, None);
         } else {
             self.do_read(ctx, op);
