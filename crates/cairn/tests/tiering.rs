@@ -578,3 +578,84 @@ async fn readproxy_proxies_reads_and_promotes_on_write() {
     cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
     assert_eq!(read(&c, base, "old", true).await.expect("base"), model);
 }
+
+/// Client writes go on while the agent flushes their objects: a flush
+/// marks clean (or evicts) only the version it sent, so no write made
+/// meanwhile is lost, and the last one reaches the base pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_during_flushes_are_kept() {
+    let cluster = two_pools(3);
+    let (c, base, _cache) = writeback(&cluster).await;
+    for (k, v) in [
+        ("target_max_objects", "16"),
+        ("cache_target_dirty_ratio", "0"),
+        ("cache_target_dirty_high_ratio", "0"),
+        ("cache_target_full_ratio", "0"),
+        ("cache_min_flush_age", "0"),
+        ("cache_min_evict_age", "0"),
+    ] {
+        cluster.ok(&["pool", "set", "cache", k, v]);
+    }
+    c.wait_for_epoch(epoch(&cluster) as u32).await.expect("map");
+    // Eight writers, each rewriting its own 4 KiB block of one of two
+    // objects as fast as it can, until the agent has flushed many times.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8u64 {
+        let (c, stop) = (c.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let oid = format!("hot{}", w % 2);
+                write(&c, base, &oid, w * 4096, &pattern(w * 1_000_000 + n, 4096)).await;
+            }
+            n
+        }));
+    }
+    let start = Instant::now();
+    let mut flushes = 0;
+    while flushes < 30 {
+        assert!(
+            start.elapsed() < WAIT,
+            "the agent flushed {flushes} times in {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let v = pool_stats(&cluster, "cache");
+        flushes = v["cache_io"]["flushes"].as_u64().unwrap_or(0);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut last = Vec::new();
+    for w in writers {
+        last.push(w.await.expect("writer"));
+    }
+    eprintln!("writes per writer {last:?}, {flushes} flushes");
+    let expect = |o: u64| -> Vec<u8> {
+        let mut obj = vec![0u8; 8 * 4096];
+        for w in (0..8u64).filter(|w| w % 2 == o) {
+            let at = (w * 4096) as usize;
+            obj[at..at + 4096].copy_from_slice(&pattern(w * 1_000_000 + last[w as usize], 4096));
+        }
+        obj.truncate(((6 + o) * 4096 + 4096) as usize);
+        obj
+    };
+    for o in 0..2u64 {
+        let oid = format!("hot{o}");
+        assert!(
+            read(&c, base, &oid, false).await.expect("read") == expect(o),
+            "{oid} through the cache"
+        );
+    }
+    cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
+    for o in 0..2u64 {
+        let oid = format!("hot{o}");
+        assert!(
+            read(&c, base, &oid, true).await.expect("base") == expect(o),
+            "{oid} in the base pool"
+        );
+        assert!(
+            read(&c, base, &oid, false).await.expect("read") == expect(o),
+            "{oid} after the flush"
+        );
+    }
+}

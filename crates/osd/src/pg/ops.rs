@@ -364,6 +364,18 @@ impl Pg {
             Ok(prior) => prior,
             Err(e) => return reply(ctx, &op, Err(OpError::Io(e))),
         };
+        if let Some(want) = tier.as_ref().and_then(|t| t.if_version) {
+            if prior != Some(want) {
+                // Written since it was flushed: it stays as it is (dirty),
+                // and the agent waits a flush age before trying it again.
+                let now = ctx.io.wall_secs();
+                if let Some(ix) = self.tier_mut().and_then(|t| t.index.as_mut()) {
+                    ix.flushed_stale(&op.op.oid, now);
+                }
+                let outputs = vec![OpOutput::None; op.op.ops.len()];
+                return reply(ctx, &op, Ok(outputs));
+            }
+        }
         let fresh = tier.as_ref().is_some_and(|t| t.fresh);
         let (mut data, mut exists) = match build_mutation(store, &oid, &op.op.ops, version, fresh) {
             Ok(built) => built,

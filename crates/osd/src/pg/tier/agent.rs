@@ -157,13 +157,10 @@ impl Pg {
         );
         tier.agent_flushing += flush.len();
         tier.agent_evicting += evict.len();
+        // A flush goes ahead beside writes in flight (it sends what is
+        // committed, and marks clean only if nothing came after it), so a
+        // hot object is not kept from the base pool for ever.
         for oid in flush {
-            if self.object_pending(&oid) {
-                if let Some(t) = self.tier_mut() {
-                    t.agent_flushing -= 1;
-                }
-                continue;
-            }
             self.flush(ctx, &oid, false, None, super::Origin::AgentFlush);
         }
         for oid in evict {

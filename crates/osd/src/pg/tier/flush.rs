@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use cairn_store::ObjectId;
+use cairn_types::Version;
 use cairn_wire::{ActId, ObjOp, ObjectData, OpError, OpOutput};
 use serde::Serialize;
 
@@ -45,10 +46,11 @@ impl Sweep {
 
 impl Pg {
     /// Mark `oid` busy, with `then` the first op to run once it is free.
-    fn hold_object(&mut self, oid: &str, then: Option<ClientOp>) {
+    fn hold_object(&mut self, oid: &str, then: Option<ClientOp>, lets_local: bool) {
         if let Some(tier) = self.tier_mut() {
             let busy = tier.busy.entry(oid.to_string()).or_default();
             busy.stepping = true;
+            busy.lets_local = lets_local;
             if let Some(op) = then {
                 busy.waiting.push_front(op);
             }
@@ -67,7 +69,10 @@ impl Pg {
         let Some(act) = self.primary.as_ref().map(|p| p.act) else {
             return;
         };
-        self.hold_object(oid, then);
+        // A flush of the agent or a sweep lets client ops on the cache's
+        // copy go on; one a client op waits for holds the object.
+        let lets_local = then.is_none() && origin != Origin::Client;
+        self.hold_object(oid, then, lets_local);
         let id = ctx.id();
         self.waits.insert(
             id,
@@ -163,6 +168,7 @@ impl Pg {
                 evict,
                 origin,
                 meta,
+                version: copy.version,
             },
         );
     }
@@ -172,9 +178,9 @@ impl Pg {
         &mut self,
         ctx: &mut Ctx<'_>,
         oid: String,
-        evict: bool,
-        origin: Origin,
+        (evict, origin): (bool, Origin),
         meta: ObjMeta,
+        version: Version,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
         match result {
@@ -198,7 +204,7 @@ impl Pg {
             }
         }
         if evict {
-            return self.evict_now(ctx, &oid, origin);
+            return self.evict_now(ctx, &oid, origin, Some(version));
         }
         let clean = ObjMeta {
             dirty: false,
@@ -207,8 +213,8 @@ impl Pg {
         };
         let write = TierWrite {
             meta: Some(clean),
-            fresh: false,
-            whiteout_on_remove: false,
+            if_version: Some(version),
+            ..TierWrite::default()
         };
         let ops = vec![ObjOp::Create { exclusive: false }];
         self.internal_write(ctx, &oid, ops, write, After::Done { origin });
@@ -222,11 +228,18 @@ impl Pg {
         then: Option<ClientOp>,
         origin: Origin,
     ) {
-        self.hold_object(oid, then);
-        self.evict_now(ctx, oid, origin);
+        self.hold_object(oid, then, false);
+        self.evict_now(ctx, oid, origin, None);
     }
 
-    fn evict_now(&mut self, ctx: &mut Ctx<'_>, oid: &str, origin: Origin) {
+    /// Remove `oid` from the cache (if still at `if_version`, when given).
+    fn evict_now(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: &str,
+        origin: Origin,
+        if_version: Option<Version>,
+    ) {
         if let Some(tier) = self.tier_mut() {
             tier.counters.evicts += 1;
             if origin == Origin::Sweep {
@@ -236,9 +249,8 @@ impl Pg {
             }
         }
         let write = TierWrite {
-            meta: None,
-            fresh: false,
-            whiteout_on_remove: false,
+            if_version,
+            ..TierWrite::default()
         };
         self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { origin });
     }

@@ -92,6 +92,14 @@ impl Index {
         }
     }
 
+    /// A flush of `oid` sent a version it no longer has: count its
+    /// flush age from now (in memory only).
+    pub fn flushed_stale(&mut self, oid: &str, now: u64) {
+        if let Some(e) = self.entries.get_mut(oid) {
+            e.dirty_since = now;
+        }
+    }
+
     /// A client touched `oid`.
     pub fn touch(&mut self, oid: &str, now: u64) {
         if let Some(e) = self.entries.get_mut(oid) {

@@ -32,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 
 use cairn_map::{CacheMode, TierParams};
 use cairn_store::ObjectId;
-use cairn_types::{PoolId, ReqId};
+use cairn_types::{PoolId, ReqId, Version};
 use cairn_wire::{ActId, ObjOp, ObjectData, OpError, OpOutput, TierStat};
 
 use super::{reply, ClientOp, Ctx, Pg, Wait};
@@ -48,7 +48,7 @@ pub(crate) const TIER_CLIENT: ClientId = u64::MAX;
 pub const MAX_TIER_WAITING: usize = 4096;
 
 /// How a cache-pool write changes the object's `_tier` attribute.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct TierWrite {
     /// Written with the data (`None`: unchanged).
     pub meta: Option<ObjMeta>,
@@ -56,6 +56,10 @@ pub(crate) struct TierWrite {
     pub fresh: bool,
     /// A request that removes the object leaves a whiteout instead.
     pub whiteout_on_remove: bool,
+    /// Applied only if the object is still at this version, else answered
+    /// with nothing done: how a flush marks clean (or evicts) only what it
+    /// flushed, while clients went on writing.
+    pub if_version: Option<Version>,
 }
 
 /// What a finished internal write continues with.
@@ -94,6 +98,8 @@ pub(crate) enum Step {
         evict: bool,
         origin: Origin,
         meta: ObjMeta,
+        /// The version of the object that was sent.
+        version: Version,
     },
 }
 
@@ -103,6 +109,10 @@ struct Busy {
     /// A step of this term holds the object (else only ops waiting for
     /// an earlier term's base op to land).
     stepping: bool,
+    /// The step is a flush of the agent or a sweep: client ops that run
+    /// on the cache's copy go on meanwhile (the flush then marks clean
+    /// only the version it sent); the others wait.
+    lets_local: bool,
 }
 
 /// Cache-tier state of a PG that outlives a primary term.
@@ -111,9 +121,19 @@ pub(crate) struct Lasting {
     /// Tids of the cache's own writes: never reused, so an answer from an
     /// earlier term cannot be taken for one of this term.
     pub next_tid: u64,
-    /// Base-pool ops in flight per object, this term's and earlier ones'
-    /// (which may still land): no new step starts on such an object.
-    pub base_inflight: HashMap<String, u32>,
+    /// Base-pool ops in flight per object, by the primary term that sent
+    /// them: no new step starts on an object with one of an earlier term
+    /// (it may still land).
+    pub base_inflight: HashMap<String, Vec<ActId>>,
+}
+
+impl Lasting {
+    /// Has `oid` a base op of a term other than `act` in flight?
+    pub fn earlier_base_op(&self, oid: &str, act: Option<ActId>) -> bool {
+        self.base_inflight
+            .get(oid)
+            .is_some_and(|acts| acts.iter().any(|a| Some(*a) != act))
+    }
 }
 
 /// A cache PG's tiering state on its primary.
@@ -245,17 +265,14 @@ impl Pg {
         if let Some(ix) = tier.index.as_mut() {
             ix.touch(&oid, now);
         }
-        let old_base_op = self.tier_lasting.base_inflight.contains_key(&oid);
+        let old_base_op = self.tier_lasting.earlier_base_op(&oid, self.act());
         let Some(tier) = self.primary.as_mut().and_then(|p| p.tier.as_deref_mut()) else {
             return self.run_local(ctx, op, None);
         };
-        if tier.busy.contains_key(&oid) || old_base_op {
-            if tier.waiting() >= MAX_TIER_WAITING {
-                let epoch = ctx.map.epoch;
-                return reply(ctx, &op, Err(OpError::Retry { epoch }));
-            }
-            tier.busy.entry(oid).or_default().waiting.push_back(op);
-            return;
+        let busy = tier.busy.get(&oid);
+        let flushing = busy.is_some_and(|b| b.lets_local) && mode != CacheMode::None;
+        if (busy.is_some() && !flushing) || old_base_op {
+            return self.tier_wait(ctx, op);
         }
         let seen = tier.hit_sets.hit(
             &oid,
@@ -268,6 +285,17 @@ impl Pg {
             Err(why) => return reply(ctx, &op, Err(OpError::Io(why))),
         };
         let kind = kind(&op.op.ops);
+        if flushing {
+            // Only what runs on the cache's copy goes on beside a flush.
+            let local = match &state {
+                CacheState::Whole(_) | CacheState::Whiteout(_) => true,
+                CacheState::Partial(_) => kind == Kind::WriteOnly,
+                CacheState::Absent => false,
+            };
+            if !local {
+                return self.tier_wait(ctx, op);
+            }
+        }
         if mode == CacheMode::None {
             // Draining: nothing new stays here.
             return match state {
@@ -311,6 +339,19 @@ impl Pg {
         }
     }
 
+    /// Hold `op` until its object's tier step is over.
+    fn tier_wait(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+        let Some(tier) = self.tier_mut() else {
+            return self.run_local(ctx, op, None);
+        };
+        if tier.waiting() >= MAX_TIER_WAITING {
+            let epoch = ctx.map.epoch;
+            return reply(ctx, &op, Err(OpError::Retry { epoch }));
+        }
+        let oid = op.op.oid.clone();
+        tier.busy.entry(oid).or_default().waiting.push_back(op);
+    }
+
     /// An op on an object removed here and not yet flushed.
     fn on_whiteout(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, meta: ObjMeta) {
         let ops = &op.op.ops;
@@ -345,6 +386,7 @@ impl Pg {
             meta: Some(meta),
             fresh: true,
             whiteout_on_remove: true,
+            ..TierWrite::default()
         };
         self.do_write_tiered(ctx, op, Some(write));
     }
@@ -377,6 +419,7 @@ impl Pg {
             meta: (meta.as_ref() != Some(&new)).then_some(new),
             fresh: false,
             whiteout_on_remove: true,
+            ..TierWrite::default()
         };
         self.do_write_tiered(ctx, op, Some(write));
     }
@@ -425,11 +468,11 @@ impl Pg {
         if let Some(tier) = self.tier_mut() {
             tier.busy.entry(oid.clone()).or_default().stepping = true;
         }
-        *self
-            .tier_lasting
+        self.tier_lasting
             .base_inflight
             .entry(oid.clone())
-            .or_default() += 1;
+            .or_default()
+            .push(act);
         let id = ctx.id();
         self.waits.insert(
             id,
@@ -461,7 +504,7 @@ impl Pg {
         step: Step,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
-        self.base_op_ended(&oid);
+        self.base_op_ended(&oid, act);
         if self.act() != Some(act) {
             // From an earlier term: clients resend to this one, and ops
             // that waited for this one to land may go on.
@@ -471,7 +514,7 @@ impl Pg {
                 .as_ref()
                 .and_then(|p| p.tier.as_ref())
                 .is_some_and(|t| t.busy.get(&oid).is_some_and(|b| !b.stepping));
-            if free && !self.tier_lasting.base_inflight.contains_key(&oid) {
+            if free && !self.tier_lasting.earlier_base_op(&oid, self.act()) {
                 self.unbusy(ctx, &oid, None);
             }
             return;
@@ -486,7 +529,8 @@ impl Pg {
                 evict,
                 origin,
                 meta,
-            } => self.flushed(ctx, oid, evict, origin, meta, result),
+                version,
+            } => self.flushed(ctx, oid, (evict, origin), meta, version, result),
             Step::FlushRead { .. } => {
                 unreachable!("pg {}: a flush read came as a base op", self.id)
             }
@@ -555,6 +599,7 @@ impl Pg {
             meta: Some(meta),
             fresh: false,
             whiteout_on_remove: false,
+            ..TierWrite::default()
         };
         self.internal_write(ctx, &oid, ops, write, After::Replay(op));
     }
@@ -563,11 +608,13 @@ impl Pg {
         matches!(self.phase, super::Phase::Active)
     }
 
-    /// One base op on `oid` answered.
-    fn base_op_ended(&mut self, oid: &str) {
-        if let Some(n) = self.tier_lasting.base_inflight.get_mut(oid) {
-            *n -= 1;
-            if *n == 0 {
+    /// One base op on `oid` of term `act` answered.
+    fn base_op_ended(&mut self, oid: &str, act: ActId) {
+        if let Some(acts) = self.tier_lasting.base_inflight.get_mut(oid) {
+            if let Some(i) = acts.iter().position(|a| *a == act) {
+                acts.swap_remove(i);
+            }
+            if acts.is_empty() {
                 self.tier_lasting.base_inflight.remove(oid);
             }
         }
