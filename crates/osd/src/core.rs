@@ -218,6 +218,7 @@ impl OsdCore {
             next_id: &mut self.next_id,
             slots: &mut self.slots,
             requests: &mut self.requests,
+            agent_flushes: 0,
             tier_replies: Vec::new(),
         };
         let r = f(pg, &mut ctx);
@@ -227,6 +228,7 @@ impl OsdCore {
 
     /// Run `f` on every PG.
     fn each_pg(&mut self, io: &mut dyn OsdIo, mut f: impl FnMut(&mut Pg, &mut Ctx<'_>)) {
+        let agent_flushes = self.pgs.values().map(Pg::agent_flushes).sum();
         let mut ctx = Ctx {
             me: self.id,
             map: &self.map,
@@ -235,6 +237,7 @@ impl OsdCore {
             next_id: &mut self.next_id,
             slots: &mut self.slots,
             requests: &mut self.requests,
+            agent_flushes,
             tier_replies: Vec::new(),
         };
         for pg in self.pgs.values_mut() {

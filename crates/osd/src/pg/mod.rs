@@ -51,6 +51,9 @@ pub(crate) struct Ctx<'a> {
     pub next_id: &'a mut u64,
     pub slots: &'a mut Slots,
     pub requests: &'a mut MonRequests,
+    /// Flushes the cache-tier agents of this OSD have in flight, counted
+    /// at each tick ([`tier::agent`]).
+    pub agent_flushes: usize,
     /// Answers to the cache tier's own writes ([`tier::TIER_CLIENT`]),
     /// handed to their PG once the event is handled.
     pub tier_replies: Vec<(PgId, u64, Result<Vec<cairn_wire::OpOutput>, OpError>)>,

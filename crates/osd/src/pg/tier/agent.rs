@@ -21,6 +21,15 @@ use crate::pg::{Ctx, Pg};
 pub const AGENT_OPS_LOW: usize = 1;
 pub const AGENT_OPS_HIGH: usize = 4;
 
+/// Flushes every agent of one OSD has in flight together, at most (Ceph's
+/// `osd_agent_max_ops`); below the high ratio they take only the first
+/// [`AGENT_OSD_FLUSHES_LOW`] of them (`osd_agent_max_low_ops`). A flush
+/// is a write to the base pool, whose disks are the slow ones: without
+/// this bound, every PG flushing at once buries their queues and every
+/// client op waiting behind them.
+pub const AGENT_OSD_FLUSHES: usize = 4;
+pub const AGENT_OSD_FLUSHES_LOW: usize = 2;
+
 /// How often an idle agent looks again.
 pub const AGENT_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -143,12 +152,20 @@ impl Pg {
             u64::from(params.cache_min_evict_age)
         };
         let pending = |n: &str| busy.contains_key(n) || lasting.contains_key(n);
+        // The OSD's budget, shared by its PGs' agents this tick.
+        let osd_room = if flush_ops >= AGENT_OPS_HIGH {
+            AGENT_OSD_FLUSHES
+        } else {
+            AGENT_OSD_FLUSHES_LOW
+        }
+        .saturating_sub(ctx.agent_flushes);
         let flush = ix.flush_candidates(
             now,
             flush_age,
-            room(flush_ops, tier.agent_flushing),
+            room(flush_ops, tier.agent_flushing).min(osd_room),
             pending,
         );
+        ctx.agent_flushes += flush.len();
         let evict = ix.evict_candidates(
             now,
             evict_age,
@@ -172,6 +189,14 @@ impl Pg {
             }
             self.evict(ctx, &oid, None, super::Origin::AgentEvict);
         }
+    }
+
+    /// The agent's flushes in flight on this PG.
+    pub fn agent_flushes(&self) -> usize {
+        self.primary
+            .as_ref()
+            .and_then(|p| p.tier.as_ref())
+            .map_or(0, |t| t.agent_flushing)
     }
 
     /// Has `oid` writes in flight?
