@@ -29,7 +29,7 @@ boundaries marked, one panel per repetition), plus each repetition's
 client stderr (slow-op warnings) in clients-repN.log.
 
 Usage: python3 bench/cache_tier.py [--spec bench/specs/cache-tier.toml]
-       [--cairn target/release/cairn] [--dir /tmp/cairn-cache-tier]
+       [--cairn target/release/cairn] [--dir /tmp/cairn-cache-tier-PID]
        [--out /tmp/cache-tier-DATE] [--quick] [--repetitions N] [--keep-logs]
 Needs a release build and Python 3.11+ (tomllib). `--quick` merges the
 spec's [quick] tables over it: a smoke run of a few minutes.
@@ -685,7 +685,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cairn", default=os.path.join(ROOT, "target", "release", "cairn"))
     ap.add_argument("--spec", default=os.path.join(ROOT, "bench", "specs", "cache-tier.toml"))
-    ap.add_argument("--dir", default="/tmp/cairn-cache-tier", help="the cluster's directory (wiped)")
+    ap.add_argument("--dir", default=f"/tmp/cairn-cache-tier-{os.getpid()}",
+                    help="the cluster's directory, wiped before and removed after each repetition "
+                         "(default: one per run, so runs side by side never share it)")
     ap.add_argument("--out", default=None, help="results directory (default /tmp/cache-tier-DATE)")
     ap.add_argument("--quick", action="store_true", help="merge the spec's [quick] tables: a smoke run")
     ap.add_argument("--repetitions", type=int, help="override the spec's repetitions")
