@@ -411,6 +411,7 @@ fn pool_get(ctx: &Context, name: &str, key: Option<&str>) -> Result<()> {
         for k in keys {
             let shown = match &pool[k] {
                 Value::String(s) => s.clone(),
+                Value::Null if tier_keys.contains(&k) => "none".to_string(),
                 Value::Null => "(the OSDs' own setting)".to_string(),
                 Value::Array(a) => a
                     .iter()

@@ -277,7 +277,12 @@ pub fn describe_change(v: &Value) -> String {
     }
     if let Some(key) = v.get("set") {
         let key = s(key);
-        return format!("set pool {} {key} {}", s(&v["name"]), s(&v[key.as_str()]));
+        // A cache setting is under the pool's `tier`.
+        let value = match v.get(key.as_str()) {
+            Some(value) => value,
+            None => &v["tier"][key.as_str()],
+        };
+        return format!("set pool {} {key} {}", s(&v["name"]), s(value));
     }
     if v.get("pg_num").is_some() {
         return format!(

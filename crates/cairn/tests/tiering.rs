@@ -183,7 +183,16 @@ fn tier_commands_refuse_bad_input_and_change_nothing() {
     assert_eq!(get["tier_of"], "base", "{get}");
     let status = cluster.ok(&["health", "detail"]);
     assert!(status.contains("CACHE_POOL_NO_TARGET"), "{status}");
-    cluster.ok(&["pool", "set", "cache", "target_max_objects", "1000"]);
+    let out = cluster.ok(&["pool", "set", "cache", "target_max_objects", "1000"]);
+    assert!(out.contains("target_max_objects 1000"), "{out}");
+    let out = cluster.ok(&["pool", "get", "base", "overlay"]);
+    assert_eq!(
+        out.trim(),
+        "overlay: cache",
+        "clients of base are sent to cache"
+    );
+    let out = cluster.ok(&["pool", "get", "cache", "overlay"]);
+    assert_eq!(out.trim(), "overlay: none");
     let status = cluster.ok(&["health", "detail"]);
     assert!(!status.contains("CACHE_POOL_NO_TARGET"), "{status}");
 }
