@@ -6,7 +6,12 @@
 //! The primary is the one place an object of the cache is decided on: a
 //! client op on an object with a tier step in flight (a proxied op, a
 //! promotion, a flush, an eviction) waits for it, so the base pool and the
-//! cache never disagree about an object in a way a client could see.
+//! cache never disagree about an object in a way a client could see. The
+//! one exception is a flush of the agent or of a sweep: ops that run on
+//! the cache's copy go on beside it, and the flush then marks clean (or
+//! evicts) only if the object is still at the version it sent. No new
+//! step starts on an object while a base op of an earlier primary term
+//! may still land.
 //! What the cache holds of each object is in its `_tier` attribute
 //! ([`meta`]), written in the same transaction as the data and replicated
 //! with it; a removal is kept as a whiteout until flushed. A write to an
