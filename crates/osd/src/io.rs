@@ -148,22 +148,26 @@ pub async fn execute_reads(store: &dyn ObjectStore, oid: &ObjectId, ops: &[ObjOp
                 OpOutput::None
             }
             ObjOp::CopyGet => {
-                let size = store.stat(oid).map_err(read_failure)?.size;
-                let data = store.read(oid, 0, size).await.map_err(read_failure)?;
-                let attrs = store
-                    .get_attrs(oid)
-                    .map_err(read_failure)?
-                    .into_iter()
-                    .filter(|(k, _)| !k.starts_with('_'))
-                    .map(|(k, v)| (k, Bytes::from(v)))
-                    .collect();
-                let omap = store
-                    .omap_list(oid, None, usize::MAX)
-                    .map_err(read_failure)?
-                    .into_iter()
-                    .map(|(k, v)| (k, Bytes::from(v)))
-                    .collect();
-                OpOutput::Copy(cairn_wire::ObjectData { data, attrs, omap })
+                // The copy recovery makes, without the OSD's own attributes.
+                let copy = match copy_object(store, oid).await {
+                    Ok(Some(copy)) => copy,
+                    Ok(None) => return Err(ReadFailure::Op(OpError::NotFound)),
+                    Err(CopyError::Damaged(why)) => return Err(ReadFailure::Damaged(why)),
+                    Err(CopyError::Failed(why)) => return Err(ReadFailure::Op(OpError::Io(why))),
+                };
+                let Some(data) = copy.data else {
+                    let why = format!("the copy of {oid} holds no data");
+                    return Err(ReadFailure::Op(OpError::Io(why)));
+                };
+                OpOutput::Copy(cairn_wire::ObjectData {
+                    data,
+                    attrs: copy
+                        .attrs
+                        .into_iter()
+                        .filter(|(k, _)| !k.starts_with('_'))
+                        .collect(),
+                    omap: copy.omap,
+                })
             }
             ObjOp::OmapList { start_after, max } => {
                 let list = store

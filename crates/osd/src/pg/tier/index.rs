@@ -25,6 +25,33 @@ pub struct Entry {
 #[derive(Debug, Default)]
 pub struct Index {
     entries: HashMap<String, Entry>,
+    /// Sums over `entries`, kept with every change: read on every client
+    /// op (is the PG full?) and every agent round, never recounted.
+    totals: Totals,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Totals {
+    bytes: u64,
+    dirty: u64,
+    dirty_bytes: u64,
+    whiteouts: u64,
+}
+
+impl Totals {
+    fn add(&mut self, e: &Entry) {
+        self.bytes += e.size;
+        self.dirty += u64::from(e.dirty);
+        self.dirty_bytes += if e.dirty { e.size } else { 0 };
+        self.whiteouts += u64::from(e.whiteout);
+    }
+
+    fn remove(&mut self, e: &Entry) {
+        self.bytes -= e.size;
+        self.dirty -= u64::from(e.dirty);
+        self.dirty_bytes -= if e.dirty { e.size } else { 0 };
+        self.whiteouts -= u64::from(e.whiteout);
+    }
 }
 
 impl Index {
@@ -57,7 +84,9 @@ impl Index {
                 },
             );
         }
-        Ok(Index { entries })
+        let mut totals = Totals::default();
+        entries.values().for_each(|e| totals.add(e));
+        Ok(Index { entries, totals })
     }
 
     /// A write left `oid` with `meta` (`None` with `exists` false: gone)
@@ -71,14 +100,20 @@ impl Index {
         now: u64,
     ) {
         if !exists {
-            self.entries.remove(oid);
+            if let Some(e) = self.entries.remove(oid) {
+                self.totals.remove(&e);
+            }
             return;
         }
+        let known = self.entries.contains_key(oid);
         let e = self.entries.entry(oid.to_string()).or_insert(Entry {
             dirty: true,
             last_access: now,
             ..Entry::default()
         });
+        if known {
+            self.totals.remove(e);
+        }
         if let Some(m) = meta {
             e.dirty = m.dirty;
             e.whiteout = m.whiteout;
@@ -90,6 +125,7 @@ impl Index {
             Some((s, false)) => e.size = e.size.max(s),
             None => {}
         }
+        self.totals.add(e);
     }
 
     /// A flush of `oid` sent a version it no longer has: count its
@@ -112,23 +148,19 @@ impl Index {
     }
 
     pub fn dirty(&self) -> u64 {
-        self.entries.values().filter(|e| e.dirty).count() as u64
+        self.totals.dirty
     }
 
     pub fn whiteouts(&self) -> u64 {
-        self.entries.values().filter(|e| e.whiteout).count() as u64
+        self.totals.whiteouts
     }
 
     pub fn bytes(&self) -> u64 {
-        self.entries.values().map(|e| e.size).sum()
+        self.totals.bytes
     }
 
     pub fn dirty_bytes(&self) -> u64 {
-        self.entries
-            .values()
-            .filter(|e| e.dirty)
-            .map(|e| e.size)
-            .sum()
+        self.totals.dirty_bytes
     }
 
     /// Up to `max` dirty objects dirty for at least `min_age` seconds,
@@ -140,13 +172,13 @@ impl Index {
         max: usize,
         skip: impl Fn(&str) -> bool,
     ) -> Vec<String> {
-        let mut c: Vec<(&String, &Entry)> = self
-            .entries
-            .iter()
-            .filter(|(n, e)| e.dirty && now.saturating_sub(e.dirty_since) >= min_age && !skip(n))
-            .collect();
-        c.sort_by_key(|(n, e)| (e.dirty_since, *n));
-        c.into_iter().take(max).map(|(n, _)| n.clone()).collect()
+        self.oldest(
+            max,
+            skip,
+            |e| e.dirty.then_some(e.dirty_since),
+            now,
+            min_age,
+        )
     }
 
     /// Up to `max` clean objects not accessed for `min_age` seconds, the
@@ -158,13 +190,36 @@ impl Index {
         max: usize,
         skip: impl Fn(&str) -> bool,
     ) -> Vec<String> {
-        let mut c: Vec<(&String, &Entry)> = self
+        self.oldest(
+            max,
+            skip,
+            |e| (!e.dirty).then_some(e.last_access),
+            now,
+            min_age,
+        )
+    }
+
+    /// Up to `max` objects whose `stamp` (when given) is at least `min_age`
+    /// seconds old, oldest first.
+    fn oldest(
+        &self,
+        max: usize,
+        skip: impl Fn(&str) -> bool,
+        stamp: impl Fn(&Entry) -> Option<u64>,
+        now: u64,
+        min_age: u64,
+    ) -> Vec<String> {
+        if max == 0 {
+            return Vec::new();
+        }
+        let mut c: Vec<(u64, &String)> = self
             .entries
             .iter()
-            .filter(|(n, e)| !e.dirty && now.saturating_sub(e.last_access) >= min_age && !skip(n))
+            .filter_map(|(n, e)| stamp(e).map(|t| (t, n)))
+            .filter(|(t, n)| now.saturating_sub(*t) >= min_age && !skip(n))
             .collect();
-        c.sort_by_key(|(n, e)| (e.last_access, *n));
-        c.into_iter().take(max).map(|(n, _)| n.clone()).collect()
+        c.sort_unstable();
+        c.into_iter().take(max).map(|(_, n)| n.clone()).collect()
     }
 }
 
@@ -215,5 +270,12 @@ mod tests {
         );
         ix.note_write("c", None, false, None, 160);
         assert_eq!(ix.objects(), 3);
+        // The kept sums equal a recount after every kind of change.
+        ix.note_write("a", Some(&meta(false, 0)), true, Some((5, false)), 170);
+        ix.note_write("e", Some(&meta(true, 170)), true, Some((7, false)), 170);
+        let mut recount = Totals::default();
+        ix.entries.values().for_each(|e| recount.add(e));
+        assert_eq!(ix.totals, recount);
+        assert_eq!((ix.dirty(), ix.bytes(), ix.dirty_bytes()), (2, 77, 27));
     }
 }
