@@ -2,8 +2,10 @@
 //! data travelled in a commit's journal record) in place, in rounds, then
 //! flushes and lets the journal's tail move on (see `pipeline`).
 //!
-//! A round takes whole journal records, about `MAX_DEFERRED_ROUND` bytes,
-//! once `DEFERRED_BATCH_BYTES` are queued or the oldest has waited
+//! A round takes whole journal records, about as many bytes as the device
+//! applies in `ROUND_TIME` (measured, see [`RoundSize`]; between
+//! `MIN_DEFERRED_ROUND` and `MAX_DEFERRED_ROUND`), once
+//! `DEFERRED_BATCH_BYTES` are queued or the oldest has waited
 //! `DEFERRED_BATCH_WAIT`. Its writes are the latest content per block,
 //! sorted, contiguous blocks merged, at most `DEFERRED_IN_FLIGHT` on the
 //! device at once, submitted in groups of `DEFERRED_GROUP`.
@@ -28,6 +30,16 @@ use crate::state::Inner;
 
 /// Most bytes of deferred writes applied in one round.
 const MAX_DEFERRED_ROUND: u64 = 32 << 20;
+/// Fewest bytes a round is sized to (a round still takes at least one
+/// whole record): below it a round's fixed cost, a device flush and a
+/// key-value commit, outweighs its writes.
+const MIN_DEFERRED_ROUND: u64 = 256 << 10;
+/// About how long one round should take on the device. The journal's tail
+/// moves only when a round ends, so a full journal waits for the round in
+/// flight: a round of `MAX_DEFERRED_ROUND` random 4 KiB writes is 8,192
+/// seeks, about 50 s on a spinning disk, and every commit waited that long.
+/// Rounds of about this much time keep that wait short on any device.
+const ROUND_TIME: std::time::Duration = std::time::Duration::from_millis(250);
 /// A round starts once `DEFERRED_BATCH_BYTES` are queued or the first
 /// queued record has waited this long.
 const DEFERRED_BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
@@ -54,6 +66,7 @@ impl Drop for DeferredStopped<'_> {
 /// The deferred thread.
 pub(crate) fn deferred_loop(inner: Arc<Inner>) {
     let _stopped = DeferredStopped(&inner);
+    let mut size = RoundSize::default();
     loop {
         let round: Vec<DeferredRecord> = {
             let mut q = inner.pipeline.deferred.lock();
@@ -77,31 +90,70 @@ pub(crate) fn deferred_loop(inner: Arc<Inner>) {
                     break;
                 }
             }
-            let (n, bytes) = round_len(&q.items);
+            let (n, bytes) = round_len(&q.items, size.bytes());
             q.bytes -= bytes;
             q.items.drain(..n).collect()
         };
         if inner.failed.get().is_some() {
             continue; // the journal keeps their records for replay
         }
-        if let Err(why) = apply_round(&inner, &round) {
-            inner.fail(why);
+        let started = Instant::now();
+        match apply_round(&inner, &round) {
+            Ok(()) => size.applied(
+                round.iter().map(DeferredRecord::bytes).sum(),
+                started.elapsed(),
+            ),
+            Err(why) => inner.fail(why),
         }
     }
 }
 
+/// How many bytes the next round takes: what the device applied in
+/// [`ROUND_TIME`], from the rounds so far (a moving average of their
+/// rates, rounds too small to tell left out), within
+/// [`MIN_DEFERRED_ROUND`]..=[`MAX_DEFERRED_ROUND`]. Starts at the most, so
+/// a fast device never waits for the measure; a slow one is measured by
+/// its first round.
+#[derive(Debug, Default)]
+struct RoundSize {
+    /// Bytes per second, `None` before the first round large enough.
+    rate: Option<f64>,
+}
+
+impl RoundSize {
+    fn bytes(&self) -> u64 {
+        match self.rate {
+            None => MAX_DEFERRED_ROUND,
+            Some(rate) => ((rate * ROUND_TIME.as_secs_f64()) as u64)
+                .clamp(MIN_DEFERRED_ROUND, MAX_DEFERRED_ROUND),
+        }
+    }
+
+    /// A round of `bytes` took `took`.
+    fn applied(&mut self, bytes: u64, took: std::time::Duration) {
+        if bytes < MIN_DEFERRED_ROUND {
+            return;
+        }
+        let rate = bytes as f64 / took.as_secs_f64().max(1e-6);
+        self.rate = Some(match self.rate {
+            None => rate,
+            Some(old) => (old + rate) / 2.0,
+        });
+    }
+}
+
 /// How many of the queued records the next round takes, and their bytes:
-/// about `MAX_DEFERRED_ROUND`, in whole journal records. Mount applies every
+/// about `max` bytes, in whole journal records. Mount applies every
 /// deferred write of every record from the journal's tail on, so were a
 /// record's writes split over two rounds, the first round's would count as
 /// applied (their transactions' released space reused, see `try_release`)
 /// while a crash before the second could still write them again.
-fn round_len(items: &VecDeque<DeferredRecord>) -> (usize, u64) {
+fn round_len(items: &VecDeque<DeferredRecord>, max: u64) -> (usize, u64) {
     let mut bytes = 0;
     let mut n = 0;
     while n < items.len()
         && (n == 0
-            || bytes < MAX_DEFERRED_ROUND
+            || bytes < max
             || items[n].record.is_some() && items[n].record == items[n - 1].record)
     {
         bytes += items[n].bytes();
@@ -241,7 +293,11 @@ mod tests {
             rec(4, Some(8), 1),
         ]
         .into();
-        assert_eq!(round_len(&q).0, 3, "all of record 7, none of record 8");
+        assert_eq!(
+            round_len(&q, MAX_DEFERRED_ROUND).0,
+            3,
+            "all of record 7, none of record 8"
+        );
         // Records in the key-value store (no journal record) may be split.
         let q: VecDeque<_> = [
             rec(1, None, mib / 2 + 1),
@@ -249,10 +305,36 @@ mod tests {
             rec(3, None, mib / 2 + 1),
         ]
         .into();
-        assert_eq!(round_len(&q).0, 2);
+        assert_eq!(round_len(&q, MAX_DEFERRED_ROUND).0, 2);
         // Distinct records: about one round's worth.
         let q: VecDeque<_> = (0..8).map(|i| rec(i, Some(i), mib / 4)).collect();
-        let (n, bytes) = round_len(&q);
+        let (n, bytes) = round_len(&q, MAX_DEFERRED_ROUND);
         assert_eq!((n, bytes), (4, MAX_DEFERRED_ROUND));
+    }
+
+    #[test]
+    fn rounds_are_sized_to_what_the_device_applies_in_a_round_time() {
+        let mut size = RoundSize::default();
+        assert_eq!(size.bytes(), MAX_DEFERRED_ROUND, "unmeasured: the most");
+        // A spinning disk: 64 random 4 KiB writes in 0.4 s, each a seek.
+        size.applied(MIN_DEFERRED_ROUND, std::time::Duration::from_millis(400));
+        assert_eq!(size.bytes(), MIN_DEFERRED_ROUND, "never below the least");
+        // Too small a round to tell: the measure stays.
+        size.applied(4096, std::time::Duration::from_secs(10));
+        assert_eq!(size.bytes(), MIN_DEFERRED_ROUND);
+        // The device speeds up (or was slow only once): the size follows,
+        // halfway each round, up to the most.
+        let mut fast = RoundSize::default();
+        fast.applied(8 << 20, std::time::Duration::from_millis(50)); // 160 MiB/s
+        assert_eq!(fast.bytes(), MAX_DEFERRED_ROUND);
+        let mut mid = RoundSize::default();
+        mid.applied(4 << 20, std::time::Duration::from_secs(1)); // 4 MiB/s
+        assert_eq!(mid.bytes(), 1 << 20);
+        mid.applied(8 << 20, std::time::Duration::from_secs(1)); // 8 MiB/s
+        assert_eq!(mid.bytes(), 6 << 20 >> 2, "the mean of 4 and 8 MiB/s");
+        // Rounds take whole records up to the size.
+        let q: VecDeque<_> = (0..8).map(|i| rec(i, Some(i), 1)).collect();
+        assert_eq!(round_len(&q, 3 << 20), (3, 3 << 20));
+        assert_eq!(round_len(&q, 1), (1, 1 << 20), "at least one record");
     }
 }
