@@ -545,6 +545,53 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
             .expect("read");
         assert_eq!(got, pattern(500 + i, 4096), "{v}");
     }
+    // Many writes at once to objects a full PG passes on: they go to the
+    // base pool side by side (not one after another), every one lands,
+    // and the objects are free again after (a read and a write go on).
+    let mut writes = Vec::new();
+    for o in 0..8u64 {
+        for k in 0..8u64 {
+            let c = c.clone();
+            writes.push(tokio::spawn(async move {
+                let data = Bytes::from(pattern(700 + o * 8 + k, 4096));
+                let op = ObjOp::Write {
+                    offset: k * 4096,
+                    data,
+                };
+                tokio::time::timeout(WAIT, c.op(base, &format!("hot{o}"), vec![op]))
+                    .await
+                    .map_err(|_| format!("a write to hot{o} hung"))?
+                    .map_err(|e| format!("write to hot{o}: {e}"))
+            }));
+        }
+    }
+    for w in writes {
+        w.await.expect("join").expect("concurrent write");
+    }
+    for o in 0..8u64 {
+        let want: Vec<u8> = (0..8u64)
+            .flat_map(|k| pattern(700 + o * 8 + k, 4096))
+            .collect();
+        let got = tokio::time::timeout(WAIT, read(&c, base, &format!("hot{o}"), false))
+            .await
+            .expect("a read after concurrent writes hung")
+            .expect("read");
+        assert!(got == want, "hot{o} after 8 writes at once differs");
+        tokio::time::timeout(
+            WAIT,
+            c.op(
+                base,
+                &format!("hot{o}"),
+                vec![ObjOp::Write {
+                    offset: 0,
+                    data: Bytes::from(want[..4096].to_vec()),
+                }],
+            ),
+        )
+        .await
+        .expect("a write after concurrent writes hung")
+        .expect("write");
+    }
 }
 
 /// Readproxy: reads of objects not in the cache are always proxied, however
