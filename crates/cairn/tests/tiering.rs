@@ -545,9 +545,9 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
             .expect("read");
         assert_eq!(got, pattern(500 + i, 4096), "{v}");
     }
-    // Many writes at once to objects a full PG passes on: they go to the
-    // base pool side by side (not one after another), every one lands,
-    // and the objects are free again after (a read and a write go on).
+    // Many writes at once to objects a full PG passes on (one at a time
+    // per object): every one lands, and the objects are free again after
+    // (a read and a write go on).
     let mut writes = Vec::new();
     for o in 0..8u64 {
         for k in 0..8u64 {

@@ -118,15 +118,6 @@ struct Busy {
     /// on the cache's copy go on meanwhile (the flush then marks clean
     /// only the version it sent); the others wait.
     lets_local: bool,
-    /// The step is only proxied mutations, this many in flight: a later
-    /// mutation that is proxied too goes on beside them, as the client's
-    /// own ops in flight do (none is answered before the base pool has
-    /// it; ops in flight together may land in either order, as on any
-    /// pool); anything else waits for all of them. Without it, writes to
-    /// a hot object a full cache passes on went to the base pool one at a
-    /// time, each a round trip to slow disks: 16 queued writes of one
-    /// client waited 35 s.
-    proxies: usize,
 }
 
 /// Cache-tier state of a PG that outlives a primary term.
@@ -285,13 +276,7 @@ impl Pg {
         };
         let busy = tier.busy.get(&oid);
         let flushing = busy.is_some_and(|b| b.lets_local) && mode != CacheMode::None;
-        let kind = kind(&op.op.ops);
-        // Beside proxied mutations: only another proxied mutation, and
-        // only if nothing waits before it.
-        let beside_proxies = busy.is_some_and(|b| b.proxies > 0 && b.waiting.is_empty())
-            && mode == CacheMode::Writeback
-            && matches!(kind, Kind::WriteOnly | Kind::Shrink);
-        if (busy.is_some() && !flushing && !beside_proxies) || old_base_op {
+        if (busy.is_some() && !flushing) || old_base_op {
             return self.tier_wait(ctx, op);
         }
         let seen = tier.hit_sets.hit(
@@ -304,15 +289,7 @@ impl Pg {
             Ok(state) => state,
             Err(why) => return reply(ctx, &op, Err(OpError::Io(why))),
         };
-        if beside_proxies {
-            // Proxied as well (the object is still not here: the ops
-            // beside which it runs do not bring it), or it waits.
-            let proxied = matches!(state, CacheState::Absent) && (full || kind == Kind::Shrink);
-            if !proxied {
-                return self.tier_wait(ctx, op);
-            }
-            return self.proxy(ctx, base, op);
-        }
+        let kind = kind(&op.op.ops);
         if flushing {
             // Only what runs on the cache's copy goes on beside a flush.
             let local = match &state {
@@ -461,9 +438,6 @@ impl Pg {
                 tier.counters.proxied_reads += 1;
             } else {
                 tier.counters.proxied_writes += 1;
-                if matches!(kind(&ops), Kind::WriteOnly | Kind::Shrink) {
-                    tier.busy.entry(oid.clone()).or_default().proxies += 1;
-                }
             }
         }
         let reqid = op.op.reqid;
@@ -553,17 +527,7 @@ impl Pg {
         match step {
             Step::Proxy(op) => {
                 reply(ctx, &op, result);
-                // The step is over once the last proxied op beside it is.
-                let others = self
-                    .tier_mut()
-                    .and_then(|t| t.busy.get_mut(&oid))
-                    .is_some_and(|b| {
-                        b.proxies = b.proxies.saturating_sub(1);
-                        b.proxies > 0
-                    });
-                if !others {
-                    self.unbusy(ctx, &oid, None);
-                }
+                self.unbusy(ctx, &oid, None);
             }
             Step::Promote { op, fill } => self.promoted(ctx, oid, op, fill, result),
             Step::FlushPut {
