@@ -240,9 +240,24 @@ pub(crate) struct Pipeline {
     /// Requests to the key-value sync thread.
     pub(crate) sync: Mutex<Queue<()>>,
     pub(crate) sync_ready: Condvar,
+    /// The deferred thread's round size in bytes (0: not sized yet): a
+    /// group takes transactions with at most this many bytes of deferred
+    /// writes (beyond its first), since a round never splits a record
+    /// and a full journal waits for a whole round.
+    pub(crate) round_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Pipeline {
+    /// Does a group with `deferred` bytes of deferred writes so far take
+    /// `p` too (see `round_bytes`)?
+    pub fn deferred_fits(&self, deferred: u64, p: &Prepared) -> bool {
+        let max = match self.round_bytes.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            n => n,
+        };
+        deferred + p.deferred.as_ref().map_or(0, DeferredRecord::bytes) <= max
+    }
+
     /// Queue a built transaction (in sequence order: called under the state
     /// lock), then run `decide` under the queue's lock; `None` if it was
     /// answered at once instead (the pipeline is dead). Its deferred
@@ -429,5 +444,40 @@ pub(crate) fn try_release(inner: &Inner) {
             inner.cache.forget(p.offset, u64::from(p.len));
             st.alloc.release(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transaction with `blocks` deferred blocks.
+    fn txn(blocks: u64) -> Prepared {
+        Prepared {
+            seq: 1,
+            batch: Batch::new(),
+            data: None,
+            data_pins: Vec::new(),
+            deferred: (blocks > 0).then(|| DeferredRecord {
+                seq: 1,
+                writes: (0..blocks).map(|b| (b * BLOCK, Bytes::new(), 0)).collect(),
+                record: None,
+            }),
+            release: None,
+            retires: Vec::new(),
+            done: None,
+        }
+    }
+
+    #[test]
+    fn a_group_takes_about_a_round_of_deferred_writes() {
+        let p = Pipeline::default();
+        // Before the first round: no bound.
+        assert!(p.deferred_fits(u64::MAX / 2, &txn(64)));
+        p.round_bytes.store(8 * BLOCK, Ordering::Relaxed);
+        assert!(p.deferred_fits(0, &txn(8)));
+        assert!(p.deferred_fits(4 * BLOCK, &txn(4)));
+        assert!(!p.deferred_fits(4 * BLOCK, &txn(5)), "past the round");
+        assert!(p.deferred_fits(8 * BLOCK, &txn(0)), "no deferred writes");
     }
 }

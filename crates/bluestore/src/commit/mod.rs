@@ -253,16 +253,19 @@ fn wait_for_commits(inner: &Inner, drained: bool) -> Next {
     Next::Commits
 }
 
-/// The next group: every queued transaction, up to `MAX_GROUP` and about
-/// `max_bytes` of metadata.
+/// The next group: every queued transaction, up to `MAX_GROUP`, about
+/// `max_bytes` of metadata and a deferred round of deferred writes.
 fn take_group(inner: &Inner, max_bytes: usize) -> Vec<Prepared> {
     let mut q = inner.pipeline.commits.lock();
-    let mut bytes = 0;
+    let (mut bytes, mut deferred) = (0, 0);
     let mut n = 0;
     while n < q.items.len().min(MAX_GROUP)
-        && (n == 0 || bytes + q.items[n].record_bytes() <= max_bytes)
+        && (n == 0
+            || bytes + q.items[n].record_bytes() <= max_bytes
+                && inner.pipeline.deferred_fits(deferred, &q.items[n]))
     {
         bytes += q.items[n].record_bytes();
+        deferred += q.items[n].deferred.as_ref().map_or(0, |d| d.bytes());
         n += 1;
     }
     q.wanted = false;

@@ -80,12 +80,14 @@ pub(crate) fn loop_group(
         if q.shutdown || q.dead.is_some() {
             return ask_thread(&mut q);
         }
-        let (mut n, mut bytes) = (0, 0);
+        let (mut n, mut bytes, mut deferred) = (0, 0, 0);
         while n < q.items.len().min(MAX_GROUP)
             && q.items[n].data.is_none()
             && bytes + q.items[n].record_bytes() <= max_bytes
+            && (n == 0 || inner.pipeline.deferred_fits(deferred, &q.items[n]))
         {
             bytes += q.items[n].record_bytes();
+            deferred += q.items[n].deferred.as_ref().map_or(0, |d| d.bytes());
             n += 1;
         }
         if n == 0 {
