@@ -161,6 +161,11 @@ impl Prepared {
         }
     }
 
+    /// Bytes of its deferred writes.
+    pub fn deferred_bytes(&self) -> u64 {
+        self.deferred.as_ref().map_or(0, DeferredRecord::bytes)
+    }
+
     /// Bytes it adds to a journal record, at most.
     pub fn record_bytes(&self) -> usize {
         self.batch.encoded_len()
@@ -255,7 +260,7 @@ impl Pipeline {
             0 => u64::MAX,
             n => n,
         };
-        deferred + p.deferred.as_ref().map_or(0, DeferredRecord::bytes) <= max
+        deferred + p.deferred_bytes() <= max
     }
 
     /// Queue a built transaction (in sequence order: called under the state

@@ -265,7 +265,7 @@ fn take_group(inner: &Inner, max_bytes: usize) -> Vec<Prepared> {
                 && inner.pipeline.deferred_fits(deferred, &q.items[n]))
     {
         bytes += q.items[n].record_bytes();
-        deferred += q.items[n].deferred.as_ref().map_or(0, |d| d.bytes());
+        deferred += q.items[n].deferred_bytes();
         n += 1;
     }
     q.wanted = false;

@@ -87,7 +87,7 @@ pub(crate) fn loop_group(
             && (n == 0 || inner.pipeline.deferred_fits(deferred, &q.items[n]))
         {
             bytes += q.items[n].record_bytes();
-            deferred += q.items[n].deferred.as_ref().map_or(0, |d| d.bytes());
+            deferred += q.items[n].deferred_bytes();
             n += 1;
         }
         if n == 0 {
