@@ -343,7 +343,7 @@ impl Osd {
             };
             match msg {
                 Message::OsdOp(op) => {
-                    self.clients.admit(client, &op);
+                    self.clients.admit(client, &op).await;
                     self.with_core(|core, io| core.client_op(client, op, io));
                 }
                 Message::Ping { nonce } => {

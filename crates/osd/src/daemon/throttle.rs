@@ -127,9 +127,17 @@ impl Clients {
         }
     }
 
-    /// Wait until `client` may send another op.
+    /// Wait until `client` may send another op: a soft check before its
+    /// connection is read, so that a client over the bounds waits in TCP.
+    /// Two connections may both pass it for the last slot; [`Self::admit`]
+    /// is where the OSD-wide op count is taken, atomically.
     pub(crate) async fn room_for(&self, client: u64) {
-        if self.has_room(client) {
+        self.wait_for(client, || self.has_room(client)).await;
+    }
+
+    /// Wait until `ready` holds, woken whenever room is given back.
+    async fn wait_for(&self, client: u64, mut ready: impl FnMut() -> bool) {
+        if ready() {
             return;
         }
         // Counted before the check below, so that room given back after
@@ -140,7 +148,7 @@ impl Clients {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if self.has_room(client) {
+            if ready() {
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
@@ -149,7 +157,7 @@ impl Clients {
                 self.waits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     "client connection {client}: no room ({} client ops, {} bytes at the OSD); \
-                     not reading until an op is answered",
+                     waiting until an op is answered",
                     self.ops.load(Ordering::Relaxed),
                     self.bytes.load(Ordering::Relaxed)
                 );
@@ -170,26 +178,52 @@ impl Clients {
             && self.bytes.load(Ordering::SeqCst) < self.limits.bytes
     }
 
-    /// `op` was read from `client`'s connection and goes to the core.
-    pub(crate) fn admit(&self, client: u64, op: &OsdOp) {
+    /// `op` was read from `client`'s connection: wait until the OSD holds
+    /// fewer than `client_ops_max` client ops, then count it as in flight
+    /// (it goes to the core next). The count is taken under the connection
+    /// table's lock, so two connections never both take the last slot.
+    pub(crate) async fn admit(&self, client: u64, op: &OsdOp) {
         let bytes = op_bytes(op);
+        let mut taken = false;
+        self.wait_for(client, || {
+            taken = self.try_admit(client, op.tid, bytes);
+            taken
+        })
+        .await;
+        debug_assert!(taken);
+    }
+
+    /// Count `tid` as in flight if there is room (or it already is: a tid
+    /// sent again while in flight holds room once). False: no room yet.
+    fn try_admit(&self, client: u64, tid: u64, bytes: u64) -> bool {
         let mut conns = self.conns.lock();
         let Some(conn) = conns.get_mut(&client) else {
-            return;
+            // Closed: nothing is held for it.
+            return true;
         };
-        // A tid sent again while in flight holds room once.
-        match conn.in_flight.insert(op.tid, bytes) {
+        match conn.in_flight.get_mut(&tid) {
             Some(old) => {
-                self.bytes.fetch_sub(old, Ordering::SeqCst);
+                self.bytes.fetch_sub(*old, Ordering::SeqCst);
+                *old = bytes;
             }
             None => {
+                if self.ops.load(Ordering::SeqCst) >= self.limits.ops {
+                    return false;
+                }
+                conn.in_flight.insert(tid, bytes);
                 let total = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(
+                    total <= self.limits.ops,
+                    "{total} client ops in flight over a cap of {}",
+                    self.limits.ops
+                );
                 self.peak_total.fetch_max(total as u64, Ordering::Relaxed);
             }
         }
         self.bytes.fetch_add(bytes, Ordering::SeqCst);
         let ops = conn.in_flight.len() as u64;
         self.peak_ops.fetch_max(ops, Ordering::Relaxed);
+        true
     }
 
     /// Send an answer to `client`; if it answers an op in flight, that
@@ -223,5 +257,78 @@ impl Clients {
                 self.peak_ops.load(Ordering::Relaxed),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cairn_types::{PgId, ReqId};
+    use cairn_wire::{Message, OsdOp, Sender};
+
+    use super::{ClientLimits, Clients};
+
+    fn op(tid: u64) -> OsdOp {
+        OsdOp {
+            tid,
+            reqid: ReqId { client: 1, tid },
+            epoch: 1,
+            pg: PgId::new(1, 0),
+            oid: "obj".into(),
+            ops: Vec::new(),
+            ignore_overlay: false,
+        }
+    }
+
+    /// Two connections that both passed the soft check for the OSD's last
+    /// slot: one takes it, the other waits for an answer, and the count
+    /// never passes the cap.
+    #[tokio::test]
+    async fn the_last_slot_goes_to_one_connection() {
+        let clients = Arc::new(Clients::new(ClientLimits {
+            ops_per_connection: 8,
+            bytes: 1 << 30,
+            ops: 1,
+        }));
+        clients.open(1, Sender::spawn(tokio::io::sink()));
+        clients.open(2, Sender::spawn(tokio::io::sink()));
+        clients.room_for(1).await;
+        clients.room_for(2).await;
+        clients.admit(1, &op(10)).await;
+
+        let second = tokio::spawn({
+            let clients = clients.clone();
+            async move { clients.admit(2, &op(20)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "a second op took the only slot");
+        assert_eq!(clients.ops.load(super::Ordering::SeqCst), 1);
+
+        clients.answer(1, 10, Message::Ping { nonce: 0 });
+        tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("the waiting op is admitted once the slot is answered")
+            .expect("admit task");
+        assert_eq!(clients.ops.load(super::Ordering::SeqCst), 1);
+        assert_eq!(clients.peak_total.load(super::Ordering::SeqCst), 1);
+    }
+
+    /// A tid sent again while in flight holds its room once.
+    #[tokio::test]
+    async fn a_resent_tid_holds_room_once() {
+        let clients = Clients::new(ClientLimits {
+            ops_per_connection: 8,
+            bytes: 1 << 30,
+            ops: 1,
+        });
+        clients.open(1, Sender::spawn(tokio::io::sink()));
+        clients.admit(1, &op(10)).await;
+        clients.admit(1, &op(10)).await;
+        assert_eq!(clients.ops.load(super::Ordering::SeqCst), 1);
+        clients.close(1);
+        assert_eq!(clients.ops.load(super::Ordering::SeqCst), 0);
+        assert_eq!(clients.bytes.load(super::Ordering::SeqCst), 0);
     }
 }
