@@ -163,7 +163,6 @@ fn one_pool(
             "proxied_reads": sum(|t| t.proxied_reads),
             "proxied_writes": sum(|t| t.proxied_writes),
             "partial_writes": sum(|t| t.partial_writes),
-            "evicts_to_admit": sum(|t| t.evicts_to_admit),
             "target_max_objects": p.target_max_objects,
             "target_max_bytes": p.target_max_bytes,
             "cache_target_dirty_ratio": ratio_f64(p.cache_target_dirty_ratio),

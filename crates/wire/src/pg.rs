@@ -460,9 +460,6 @@ pub struct TierStat {
     pub proxied_writes: u64,
     /// Writes to objects not in the cache taken without promoting them.
     pub partial_writes: u64,
-    /// Clean objects evicted at the target to take a write to a new one
-    /// (counted in `evicts` too).
-    pub evicts_to_admit: u64,
 }
 
 /// What an OSD's recovery did since it started, over all its PGs, in any

@@ -8,13 +8,8 @@
 //! in flight per PG, so client ops keep their share.
 //!
 //! Targets are per pool; a PG takes its share (`target / pg_num`). At the
-//! target itself the PG is *full*: a write to an object it does not hold
-//! takes the place of the least recently used clean object, evicted then
-//! whatever its age (Ceph's agent, full, ignores the ages too), so a hot
-//! object is not left on the slow pool for a cold one; with nothing clean
-//! to evict, ops on objects it does not hold go to the base pool until the
-//! agent has made room. Such evictions run [`ADMIT_EVICTS`] at a time per
-//! PG, so a PG holds at most that many objects over its share.
+//! target itself the PG is *full*: it takes no new object (ops on objects
+//! it does not hold go to the base pool) until the agent has made room.
 
 use cairn_map::tier::RATIO_ONE;
 use cairn_map::{CacheMode, TierParams};
@@ -34,9 +29,6 @@ pub const AGENT_OPS_HIGH: usize = 4;
 /// client op waiting behind them.
 pub const AGENT_OSD_FLUSHES: usize = 4;
 pub const AGENT_OSD_FLUSHES_LOW: usize = 2;
-
-/// Evictions one full PG runs at once to take writes to new objects.
-pub const ADMIT_EVICTS: usize = 4;
 
 /// How often an idle agent looks again.
 pub const AGENT_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -197,41 +189,6 @@ impl Pg {
             }
             self.evict(ctx, &oid, None, super::Origin::AgentEvict);
         }
-    }
-
-    /// At the target: evict the least recently used clean object, not
-    /// busy, to take a write to `oid`. False when there is none, or
-    /// [`ADMIT_EVICTS`] are in flight already: the write goes to the base.
-    pub(crate) fn evict_to_admit(&mut self, ctx: &mut Ctx<'_>, oid: &str) -> bool {
-        let now = ctx.io.wall_secs();
-        let lasting = &self.tier_lasting.base_inflight;
-        let Some(primary) = self.primary.as_mut() else {
-            return false;
-        };
-        let objects = &primary.objects;
-        let Some(tier) = primary.tier.as_deref_mut() else {
-            return false;
-        };
-        if tier.admit_evicting >= ADMIT_EVICTS {
-            return false;
-        }
-        let Some(ix) = tier.index.as_ref() else {
-            return false;
-        };
-        let busy = &tier.busy;
-        let pending = |n: &str| {
-            n == oid
-                || busy.contains_key(n)
-                || lasting.contains_key(n)
-                || objects.get(n).is_some_and(|o| o.pending_writes > 0)
-        };
-        let Some(victim) = ix.evict_candidates(now, 0, 1, pending).pop() else {
-            return false;
-        };
-        tier.admit_evicting += 1;
-        tier.counters.evicts_to_admit += 1;
-        self.evict(ctx, &victim, None, super::Origin::Admit);
-        true
     }
 
     /// The agent's flushes in flight on this PG.

@@ -86,8 +86,6 @@ pub(crate) enum Origin {
     /// The agent, flushing or evicting.
     AgentFlush,
     AgentEvict,
-    /// A PG at its target, making room for a write to a new object.
-    Admit,
 }
 
 /// The step a base-pool op or a local read was for.
@@ -158,9 +156,6 @@ pub(crate) struct TierPg {
     /// The agent's flushes and evictions in flight.
     pub agent_flushing: usize,
     pub agent_evicting: usize,
-    /// Evictions in flight to take writes to new objects at the target
-    /// (at most [`agent::ADMIT_EVICTS`]).
-    pub admit_evicting: usize,
     /// When the agent runs next ([`crate::io::OsdIo::now`]).
     pub agent_at: std::time::Duration,
 }
@@ -178,7 +173,7 @@ impl TierPg {
         st.whiteouts = index.whiteouts();
         let sweeping = self.sweep.as_ref().is_some_and(|s| !s.finished());
         st.flushing |= sweeping || self.agent_flushing > 0;
-        st.evicting |= sweeping || self.agent_evicting + self.admit_evicting > 0;
+        st.evicting |= sweeping || self.agent_evicting > 0;
         Some(st)
     }
 
@@ -193,7 +188,6 @@ impl TierPg {
             }
             Origin::AgentFlush => self.agent_flushing = self.agent_flushing.saturating_sub(1),
             Origin::AgentEvict => self.agent_evicting = self.agent_evicting.saturating_sub(1),
-            Origin::Admit => self.admit_evicting = self.admit_evicting.saturating_sub(1),
         }
     }
 }
@@ -323,22 +317,9 @@ impl Pg {
                 self.run_local(ctx, op, Some(meta))
             }
             CacheState::Partial(meta) => self.promote(ctx, base, op, Some(meta)),
-            // At its target the cache takes a write to a new object only
-            // in place of a clean one it evicts; otherwise the base pool
-            // serves the op (clients slow to its pace, never hang).
-            CacheState::Absent if full => {
-                if kind == Kind::WriteOnly
-                    && mode == CacheMode::Writeback
-                    && self.evict_to_admit(ctx, &oid)
-                {
-                    if let Some(tier) = self.tier_mut() {
-                        tier.counters.partial_writes += 1;
-                    }
-                    self.run_local(ctx, op, Some(partial_meta()))
-                } else {
-                    self.proxy(ctx, base, op)
-                }
-            }
+            // At its target the cache takes no new object: the base pool
+            // serves it (clients slow to the base pool's pace, never hang).
+            CacheState::Absent if full => self.proxy(ctx, base, op),
             CacheState::Absent => match (kind, mode) {
                 (Kind::Read, CacheMode::Writeback)
                     if promote_after(params.min_read_recency_for_promote) =>
