@@ -296,6 +296,37 @@ async fn writeback_proxies_promotes_writes_partially_and_flushes() {
     });
     assert!(v["cache_io"]["dirty_objects"].as_u64() >= Some(3), "{v}");
 
+    // A partial object in many pieces (more than FLUSH_SPAN_PIECES) is
+    // flushed as one span, its holes read from the base pool: the base's
+    // bytes between the pieces and its attributes stay, the pieces land,
+    // and a piece past the base's end leaves zeros before it.
+    let mut spread = pattern(4, 300_000);
+    c.op_ignoring_overlay(
+        base,
+        "spread",
+        vec![
+            ObjOp::Write {
+                offset: 0,
+                data: Bytes::from(spread.clone()),
+            },
+            ObjOp::SetAttr {
+                key: "user.kept".into(),
+                value: Bytes::from_static(b"yes"),
+            },
+        ],
+    )
+    .await
+    .expect("seed base");
+    for k in 0..24u64 {
+        let at = (k * 12_288 + 1000) as usize;
+        let piece = pattern(40 + k, 4096);
+        write(&c, base, "spread", at as u64, &piece).await;
+        spread[at..at + 4096].copy_from_slice(&piece);
+    }
+    write(&c, base, "spread", 400_000, &pattern(99, 4096)).await;
+    spread.resize(400_000, 0);
+    spread.extend_from_slice(&pattern(99, 4096));
+
     // flush-evict-all sends everything back and empties the cache.
     let out = cluster.ok(&["osd", "tier", "flush-evict-all", "cache"]);
     assert!(out.contains("flushed"), "{out}");
@@ -304,6 +335,26 @@ async fn writeback_proxies_promotes_writes_partially_and_flushes() {
         "the whiteout was flushed"
     );
     assert_eq!(read(&c, base, "part", true).await.expect("base"), model);
+    let got = read(&c, base, "spread", true).await.expect("base");
+    assert!(
+        got == spread,
+        "a partial object in 25 pieces, flushed, differs"
+    );
+    let attr = c
+        .op_ignoring_overlay(
+            base,
+            "spread",
+            vec![ObjOp::GetAttr {
+                key: "user.kept".into(),
+            }],
+        )
+        .await
+        .expect("getattr");
+    assert_eq!(
+        attr,
+        vec![OpOutput::Attr(Some(Bytes::from_static(b"yes")))],
+        "the flush kept the base's attribute"
+    );
     assert_eq!(
         read(&c, base, "new", true).await.expect("base"),
         b"x".to_vec()

@@ -19,6 +19,14 @@ use crate::pg::{ClientOp, Ctx, Pg, Wait};
 /// Objects a sweep flushes or evicts at once, per PG.
 pub const SWEEP_PARALLEL: usize = 4;
 
+/// A partial object in more pieces than this is flushed as one write of
+/// the span they cover, its holes read from the base pool first: one
+/// read and one sequential write there instead of a write per piece. On a
+/// spinning base each piece is a seek (~6 ms): a few hundred scattered
+/// 4 KiB blocks were seconds of disk time per replica, and every commit
+/// on those disks queued behind them.
+pub const FLUSH_SPAN_PIECES: usize = 16;
+
 /// A flush-evict-all sweep of one PG.
 #[derive(Debug, Default, Serialize)]
 pub struct Sweep {
@@ -129,6 +137,25 @@ impl Pg {
         let Some(data) = copy.data else {
             return fail(self, ctx, "its copy holds no data".into());
         };
+        if let Some(extents) = meta.partial.as_ref().filter(|_| !meta.whiteout) {
+            if extents.len() > FLUSH_SPAN_PIECES {
+                let version = copy.version;
+                return self.base_op(
+                    ctx,
+                    base,
+                    oid,
+                    vec![ObjOp::CopyGet],
+                    None,
+                    Step::FlushFill {
+                        evict,
+                        origin,
+                        meta,
+                        version,
+                        data,
+                    },
+                );
+            }
+        }
         let ops = if meta.whiteout {
             vec![ObjOp::Remove]
         } else if let Some(extents) = &meta.partial {
@@ -169,6 +196,61 @@ impl Pg {
                 origin,
                 meta,
                 version: copy.version,
+            },
+        );
+    }
+
+    /// The base pool's copy of a partial object in many pieces came back:
+    /// send the span the pieces cover, holes from that copy, as one write.
+    pub(crate) fn flush_filled(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        oid: String,
+        step: Step,
+        result: Result<Vec<OpOutput>, OpError>,
+    ) {
+        let Step::FlushFill {
+            evict,
+            origin,
+            meta,
+            version,
+            data,
+        } = step
+        else {
+            unreachable!("pg {}: another step came as a flush fill", self.id);
+        };
+        let base_data = match result {
+            Ok(mut out) => match out.pop() {
+                Some(OpOutput::Copy(copy)) => copy.data,
+                other => {
+                    let why = format!("the base pool answered a copy of {oid:?} with {other:?}");
+                    return self.tier_step_failed(ctx, &oid, origin, OpError::Io(why));
+                }
+            },
+            // Never flushed: the pieces go to a new object.
+            Err(OpError::NotFound) => bytes::Bytes::new(),
+            Err(e) => {
+                tracing::warn!("pg {}: reading {oid:?} to flush it failed: {e}", self.id);
+                return self.tier_step_failed(ctx, &oid, origin, e);
+            }
+        };
+        let Some((base, _, _)) = cache_of(ctx, self.id.pool) else {
+            let why = "the pool is no longer a cache tier".to_string();
+            return self.tier_step_failed(ctx, &oid, origin, OpError::Io(why));
+        };
+        let extents = meta.partial.as_deref().unwrap_or(&[]);
+        let ops = span_write(extents, &data, &base_data);
+        self.base_op(
+            ctx,
+            base,
+            oid,
+            ops,
+            None,
+            Step::FlushPut {
+                evict,
+                origin,
+                meta,
+                version,
             },
         );
     }
@@ -372,5 +454,72 @@ impl Pg {
                 }
             }
         }
+    }
+}
+
+/// One write of the span `extents` cover: their bytes from `cached` (the
+/// partial object here), the holes between them from `base` (zeros past
+/// its end). No extent within `cached`: only the object's existence.
+fn span_write(extents: &[(u64, u64)], cached: &[u8], base: &[u8]) -> Vec<ObjOp> {
+    let pieces: Vec<(usize, usize)> = extents
+        .iter()
+        .filter(|(off, _)| (*off as usize) < cached.len())
+        .map(|&(off, len)| (off as usize, ((off + len) as usize).min(cached.len())))
+        .collect();
+    let (Some(&(lo, _)), Some(hi)) = (pieces.first(), pieces.iter().map(|p| p.1).max()) else {
+        return vec![ObjOp::Create { exclusive: false }];
+    };
+    let mut span = vec![0u8; hi - lo];
+    if base.len() > lo {
+        let end = base.len().min(hi);
+        span[..end - lo].copy_from_slice(&base[lo..end]);
+    }
+    for (start, end) in pieces {
+        span[start - lo..end - lo].copy_from_slice(&cached[start..end]);
+    }
+    vec![ObjOp::Write {
+        offset: lo as u64,
+        data: bytes::Bytes::from(span),
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(ops: &[ObjOp]) -> (u64, Vec<u8>) {
+        match ops {
+            [ObjOp::Write { offset, data }] => (*offset, data.to_vec()),
+            other => panic!("not one write: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_span_takes_pieces_from_the_cache_and_holes_from_the_base() {
+        let cached: Vec<u8> = (0..64u8).collect();
+        let base = vec![0xAAu8; 40];
+        let (off, data) = written(&span_write(&[(8, 4), (20, 4), (44, 8)], &cached, &base));
+        assert_eq!(off, 8);
+        assert_eq!(data.len(), 44);
+        assert_eq!(&data[..4], &cached[8..12]);
+        assert!(data[4..12].iter().all(|&b| b == 0xAA), "hole from the base");
+        assert_eq!(&data[12..16], &cached[20..24]);
+        assert!(data[16..32].iter().all(|&b| b == 0xAA));
+        assert!(
+            data[32..36].iter().all(|&b| b == 0),
+            "past the base's end: zeros"
+        );
+        assert_eq!(&data[36..44], &cached[44..52]);
+    }
+
+    #[test]
+    fn pieces_past_the_cached_data_are_cut_or_dropped() {
+        let cached = vec![7u8; 16];
+        let (off, data) = written(&span_write(&[(4, 4), (12, 8), (30, 2)], &cached, &[]));
+        assert_eq!((off, data.len()), (4, 12));
+        assert!(matches!(
+            span_write(&[(20, 4)], &cached, &[]).as_slice(),
+            [ObjOp::Create { .. }]
+        ));
     }
 }

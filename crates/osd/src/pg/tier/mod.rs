@@ -98,6 +98,16 @@ pub(crate) enum Step {
     Promote { op: ClientOp, fill: Option<ObjMeta> },
     /// The object read here, to flush it.
     FlushRead { evict: bool, origin: Origin },
+    /// The base pool's copy read, to flush a partial object in many
+    /// pieces as one span ([`flush::FLUSH_SPAN_PIECES`]); `data` is the
+    /// cache's copy as read at `version`.
+    FlushFill {
+        evict: bool,
+        origin: Origin,
+        meta: ObjMeta,
+        version: Version,
+        data: bytes::Bytes,
+    },
     /// The object sent to the base pool.
     FlushPut {
         evict: bool,
@@ -536,6 +546,7 @@ impl Pg {
                 meta,
                 version,
             } => self.flushed(ctx, oid, (evict, origin), meta, version, result),
+            step @ Step::FlushFill { .. } => self.flush_filled(ctx, oid, step, result),
             Step::FlushRead { .. } => {
                 unreachable!("pg {}: a flush read came as a base op", self.id)
             }
