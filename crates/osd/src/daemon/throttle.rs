@@ -4,9 +4,11 @@
 //! A connection with `client_message_cap` ops in flight, or any connection
 //! while the OSD holds `client_ops_max` client ops or
 //! `client_message_size_cap` bytes of them, is not read until an answer
-//! frees room: a client that sends faster than
-//! the OSD commits fills its socket and waits in TCP, and its requests are
-//! never refused, dropped or reordered for it (Ceph's
+//! frees room. Two connections may both read one more op for the last
+//! slot; the OSD-wide count is taken atomically at admission, so the
+//! second waits in its reader, not in the core. A client that sends
+//! faster than the OSD commits fills its socket and waits in TCP, and its
+//! requests are never refused, dropped or reordered for it (Ceph's
 //! `osd_client_message_cap` and `osd_client_message_size_cap`). Every op
 //! the core takes is answered exactly once (an interval change answers the
 //! ops it drops with `Retry` or `WrongPrimary`), so every op's room comes
