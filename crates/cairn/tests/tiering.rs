@@ -596,9 +596,14 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
             .expect("read");
         assert_eq!(got, pattern(500 + i, 4096), "{v}");
     }
-    // Many writes at once to objects a full PG passes on (one at a time
-    // per object): every one lands, and the objects are free again after
-    // (a read and a write go on).
+    // Many writes at once to objects a full PG passes on (one base op at a
+    // time per object; writes that queued go together): every one lands,
+    // and the objects are free again after (a read and a write go on).
+    let counts = |v: &Value| {
+        let n = |k: &str| v["cache_io"][k].as_u64().unwrap_or(0);
+        (n("proxied_writes"), n("proxied_write_batches"))
+    };
+    let before = counts(&pool_stats(&cluster, "cache"));
     let mut writes = Vec::new();
     for o in 0..8u64 {
         for k in 0..8u64 {
@@ -619,6 +624,15 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
     for w in writes {
         w.await.expect("join").expect("concurrent write");
     }
+    let v = wait_cache_stats(&cluster, "cache", "the burst's writes counted", |v| {
+        counts(v).0 >= before.0 + 16
+    });
+    let (writes, batches) = (counts(&v).0 - before.0, counts(&v).1 - before.1);
+    eprintln!("the burst: {writes} writes proxied in {batches} base ops");
+    assert!(
+        batches > 0 && batches < writes,
+        "{writes} proxied writes went in {batches} base ops: queued writes were not batched; {v}"
+    );
     for o in 0..8u64 {
         let want: Vec<u8> = (0..8u64)
             .flat_map(|k| pattern(700 + o * 8 + k, 4096))

@@ -162,6 +162,7 @@ fn one_pool(
             "evicts": sum(|t| t.evicts),
             "proxied_reads": sum(|t| t.proxied_reads),
             "proxied_writes": sum(|t| t.proxied_writes),
+            "proxied_write_batches": sum(|t| t.proxied_write_batches),
             "partial_writes": sum(|t| t.partial_writes),
             "target_max_objects": p.target_max_objects,
             "target_max_bytes": p.target_max_bytes,

@@ -458,6 +458,9 @@ pub struct TierStat {
     pub evicts: u64,
     pub proxied_reads: u64,
     pub proxied_writes: u64,
+    /// Base-pool ops that carried proxied writes (writes to one object
+    /// that queued together go as one).
+    pub proxied_write_batches: u64,
     /// Writes to objects not in the cache taken without promoting them.
     pub partial_writes: u64,
 }

@@ -31,6 +31,7 @@ pub mod hitset;
 pub mod index;
 mod internal;
 pub mod meta;
+mod proxy;
 mod stats;
 
 use std::collections::{HashMap, VecDeque};
@@ -91,8 +92,9 @@ pub(crate) enum Origin {
 /// The step a base-pool op or a local read was for.
 #[derive(Clone, Debug)]
 pub(crate) enum Step {
-    /// A client op passed to the base pool: its result is the answer.
-    Proxy(ClientOp),
+    /// Client ops on one object passed to the base pool as one op (one,
+    /// or writes batched by [`proxy`]): its result is their answers.
+    Proxy(Vec<ClientOp>),
     /// The whole object read from the base pool, to promote it (`fill`:
     /// the partial object here, whose holes it fills).
     Promote { op: ClientOp, fill: Option<ObjMeta> },
@@ -168,6 +170,10 @@ pub(crate) struct TierPg {
     pub agent_evicting: usize,
     /// When the agent runs next ([`crate::io::OsdIo::now`]).
     pub agent_at: std::time::Duration,
+    /// The object whose waiting ops are being replayed ([`Pg::unbusy`]),
+    /// and the writes to it gathering to be proxied as one op.
+    gathering: Option<String>,
+    gather: Option<proxy::Gather>,
 }
 
 impl TierPg {
@@ -300,6 +306,18 @@ impl Pg {
             Err(why) => return reply(ctx, &op, Err(OpError::Io(why))),
         };
         let kind = kind(&op.op.ops);
+        if self.gathering_for(&oid) {
+            // Writes to this object are gathering to go to the base pool:
+            // one that joins them is proxied too; anything else waits for
+            // them to land.
+            let joins = kind == Kind::WriteOnly
+                && matches!(state, CacheState::Absent)
+                && (full || mode == CacheMode::None);
+            if !joins {
+                self.send_gathered(ctx);
+                return self.tier_wait(ctx, op);
+            }
+        }
         if flushing {
             // Only what runs on the cache's copy goes on beside a flush.
             let local = match &state {
@@ -439,21 +457,6 @@ impl Pg {
         self.do_write_tiered(ctx, op, Some(write));
     }
 
-    /// Pass the op to the base pool; its answer is the client's.
-    fn proxy(&mut self, ctx: &mut Ctx<'_>, base: PoolId, op: ClientOp) {
-        let oid = op.op.oid.clone();
-        let ops = op.op.ops.clone();
-        if let Some(tier) = self.tier_mut() {
-            if kind(&ops) == Kind::Read {
-                tier.counters.proxied_reads += 1;
-            } else {
-                tier.counters.proxied_writes += 1;
-            }
-        }
-        let reqid = op.op.reqid;
-        self.base_op(ctx, base, oid, ops, Some(reqid), Step::Proxy(op));
-    }
-
     /// Bring the whole object here, then run `op`.
     fn promote(&mut self, ctx: &mut Ctx<'_>, base: PoolId, op: ClientOp, fill: Option<ObjMeta>) {
         let oid = op.op.oid.clone();
@@ -505,8 +508,14 @@ impl Pg {
     /// is resent by the client.
     fn abandon(&mut self, ctx: &mut Ctx<'_>, step: Step) {
         let epoch = ctx.map.epoch;
-        if let Step::Proxy(op) | Step::Promote { op, .. } = step {
-            reply(ctx, &op, Err(OpError::Retry { epoch }));
+        match step {
+            Step::Proxy(ops) => {
+                for op in &ops {
+                    reply(ctx, op, Err(OpError::Retry { epoch }));
+                }
+            }
+            Step::Promote { op, .. } => reply(ctx, &op, Err(OpError::Retry { epoch })),
+            _ => {}
         }
     }
 
@@ -535,8 +544,8 @@ impl Pg {
             return;
         }
         match step {
-            Step::Proxy(op) => {
-                reply(ctx, &op, result);
+            Step::Proxy(ops) => {
+                self.proxied(ctx, ops, result);
                 self.unbusy(ctx, &oid, None);
             }
             Step::Promote { op, fill } => self.promoted(ctx, oid, op, fill, result),
@@ -636,15 +645,27 @@ impl Pg {
         }
     }
 
-    /// `oid`'s tier step is over: run `first`, then the ops that waited.
+    /// `oid`'s tier step is over: run `first`, then the ops that waited
+    /// (pure writes among them that the base pool is to take go to it
+    /// together: [`proxy`]).
     pub(crate) fn unbusy(&mut self, ctx: &mut Ctx<'_>, oid: &str, first: Option<ClientOp>) {
-        let waiting = self
-            .tier_mut()
-            .and_then(|t| t.busy.remove(oid))
-            .map(|b| b.waiting)
-            .unwrap_or_default();
+        // A batch of another object's replay (this one runs inside it)
+        // goes first, in the order its ops came.
+        self.send_gathered(ctx);
+        let Some(tier) = self.tier_mut() else {
+            if let Some(op) = first {
+                self.client_op(ctx, op);
+            }
+            return;
+        };
+        let waiting = tier.busy.remove(oid).map(|b| b.waiting).unwrap_or_default();
+        let outer = tier.gathering.replace(oid.to_string());
         for op in first.into_iter().chain(waiting) {
             self.client_op(ctx, op);
+        }
+        self.send_gathered(ctx);
+        if let Some(tier) = self.tier_mut() {
+            tier.gathering = outer;
         }
     }
 }
@@ -662,6 +683,7 @@ impl TierPg {
         for (_, busy) in self.busy {
             ops.extend(busy.waiting);
         }
+        ops.extend(self.gather.into_iter().flat_map(proxy::Gather::into_ops));
         ops
     }
 }
