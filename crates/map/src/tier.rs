@@ -143,6 +143,11 @@ pub fn ratio_f64(r: u32) -> f64 {
     f64::from(r) / f64::from(RATIO_ONE)
 }
 
+/// A cache PG counts as full on its own at this many times its share of
+/// the targets (`target / pg_num`), however empty the pool is; below it,
+/// the pool's totals decide.
+pub const PG_SHARE_CAP: u64 = 4;
+
 impl TierParams {
     /// Set one key from its text; the whole set is checked before it is
     /// kept (dirty_high below dirty is refused). Returns whether it changed.
@@ -237,6 +242,20 @@ impl TierParams {
             )));
         }
         Ok(())
+    }
+
+    /// How full `objects` and `bytes` are against the targets divided by
+    /// `divisor` (1: the whole pool; `pg_num`: one PG's share), in
+    /// millionths, the fuller of the two; `None`: no target set.
+    pub fn fullness(&self, objects: u64, bytes: u64, divisor: u64) -> Option<u64> {
+        let ratio = |n: u64, target: u64| {
+            (target > 0).then(|| {
+                let share = (target / divisor.max(1)).max(1);
+                let r = u128::from(n) * u128::from(RATIO_ONE) / u128::from(share);
+                u64::try_from(r).unwrap_or(u64::MAX)
+            })
+        };
+        ratio(objects, self.target_max_objects).max(ratio(bytes, self.target_max_bytes))
     }
 
     /// Neither target is set: the agent has nothing to measure fullness by.

@@ -5,9 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use cairn_map::tier::RATIO_ONE;
 use cairn_map::{ClusterMap, FullState, OsdUsage};
 use cairn_types::{OsdId, PgId};
-use cairn_wire::PgStat;
+use cairn_wire::{PgStat, TierStat};
 use serde_json::{json, Value};
 
 use crate::commands::pg_state;
@@ -230,38 +231,57 @@ pub(crate) fn cache_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> V
     checks
 }
 
-/// Cache PGs at their share of the targets: they take no new objects
-/// (ops on objects they do not hold go to the base pool) until their
-/// agent has flushed and evicted enough.
+/// Cache PGs that take no new objects (ops on objects they do not hold go
+/// to the base pool) until the agents have flushed and evicted enough:
+/// their pool is at its target, or the PG alone at `PG_SHARE_CAP` times
+/// its share of it.
 fn cache_full(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
-    let full: Vec<PgId> = map
+    let full: Vec<(PgId, &TierStat)> = map
         .pools
         .values()
         .filter(|p| p.is_cache())
         .flat_map(|p| p.pgs())
-        .filter(|pg| {
-            current(map, *pg, stats)
-                .and_then(|s| s.tier.as_ref())
-                .is_some_and(|t| t.full)
+        .filter_map(|pg| {
+            let t = current(map, pg, stats)?.tier.as_ref()?;
+            t.full.then_some((pg, t))
         })
         .collect();
     if full.is_empty() {
         return Vec::new();
     }
-    let pools: BTreeSet<String> = full.iter().map(|pg| pool_name(map, *pg)).collect();
+    let usage = crate::tier::cache_usage(map, stats);
+    let pools: BTreeSet<String> = full.iter().map(|(pg, _)| pool_name(map, *pg)).collect();
+    let why = |pg: PgId, t: &TierStat| {
+        let name = pool_name(map, pg);
+        let Some(pool) = map.pool(pg.pool) else {
+            return format!("pg {pg} (pool {name}) is full");
+        };
+        let p = &pool.tier.params;
+        let total = usage.iter().find(|u| u.pool == pg.pool);
+        match total {
+            Some(u) if p.fullness(u.objects, u.bytes, 1).unwrap_or(0) >= u64::from(RATIO_ONE) => {
+                format!(
+                    "pg {pg}: pool {name} holds {} objects, {} bytes (targets {} objects, {} bytes; 0: none)",
+                    u.objects, u.bytes, p.target_max_objects, p.target_max_bytes
+                )
+            }
+            _ => format!(
+                "pg {pg} (pool {name}) holds {} objects, {} bytes, well past its share of the \
+                 targets ({} objects, {} bytes over {} PGs), though the pool is below them",
+                t.objects, t.bytes, p.target_max_objects, p.target_max_bytes, pool.pg_num
+            ),
+        }
+    };
     vec![Check {
         code: "CACHE_POOL_FULL",
         error: false,
         summary: format!(
-            "{} cache PGs at their target ({}): new objects go to the base pool until the agent makes room",
+            "{} cache PGs full ({}): new objects go to the base pool until the agents make room",
             full.len(),
             pools.iter().cloned().collect::<Vec<_>>().join(", ")
         ),
-        detail: full
-            .iter()
-            .map(|pg| format!("pg {pg} (pool {}) is at its share of the cache's targets", pool_name(map, *pg)))
-            .collect(),
-        pgs: full.iter().map(|pg| pg.to_string()).collect(),
+        detail: full.iter().map(|(pg, t)| why(*pg, t)).collect(),
+        pgs: full.iter().map(|(pg, _)| pg.to_string()).collect(),
         pools,
         ..Check::default()
     }]

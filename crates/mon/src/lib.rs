@@ -322,6 +322,10 @@ impl Monitor {
                 }
                 let st = &mut *st;
                 st.pool_samples.sample(&st.map, &st.pg_stats);
+                let pools = tier::cache_usage(&st.map, &st.pg_stats);
+                if !pools.is_empty() {
+                    sender.send(Message::TierUsage { pools });
+                }
             }
             Message::OsdFailure {
                 reporter,

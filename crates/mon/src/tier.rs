@@ -2,13 +2,15 @@
 //! the monitor adds what only it knows, the PG stats: a new cache must be
 //! empty, and clients stop being sent to a cache (remove-overlay), or the
 //! tier is removed, only once every PG of the cache reported, after the
-//! cache stopped taking new data, that it holds nothing dirty.
+//! cache stopped taking new data, that it holds nothing dirty. It also
+//! sums each cache pool's contents for the OSDs' tiering agents
+//! ([`cache_usage`]), which judge fullness by the pool.
 
 use std::collections::HashMap;
 
 use cairn_map::{CacheMode, ClusterMap, Pool};
 use cairn_types::PgId;
-use cairn_wire::{PgStat, TierCommand};
+use cairn_wire::{PgStat, TierCommand, TierPoolUsage};
 use serde_json::{json, Value};
 
 use crate::{MonState, MonStoreError, Monitor};
@@ -174,4 +176,102 @@ fn nothing_dirty(stats: &HashMap<PgId, PgStat>, pool: &Pool, empty: bool) -> Res
         ));
     }
     Ok(())
+}
+
+/// Each cache pool's objects and bytes, dirty and all, summed over the
+/// last stats of its PGs that counted them; sent to every OSD after its
+/// heartbeat. Empty when the map has no cache pool.
+pub(crate) fn cache_usage(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<TierPoolUsage> {
+    map.pools
+        .values()
+        .filter(|p| p.is_cache())
+        .map(|pool| {
+            let mut u = TierPoolUsage {
+                pool: pool.id,
+                ..TierPoolUsage::default()
+            };
+            for t in pool.pgs().filter_map(|pg| stats.get(&pg)?.tier.as_ref()) {
+                u.pgs_counted += 1;
+                u.objects += t.objects;
+                u.bytes += t.bytes;
+                u.dirty += t.dirty;
+                u.dirty_bytes += t.dirty_bytes;
+            }
+            u
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_types::Version;
+    use cairn_wire::{ClientIo, TierStat};
+
+    fn stat(pg: PgId, objects: u64, tier: Option<TierStat>) -> PgStat {
+        PgStat {
+            pg,
+            state: "active+clean".into(),
+            interval_epoch: 1,
+            up: vec![0],
+            acting: vec![0],
+            last_update: Version::default(),
+            objects,
+            bytes: 0,
+            degraded: 0,
+            unfound: 0,
+            recovered: true,
+            blocked_by: Vec::new(),
+            detail: String::new(),
+            recovered_objects: 0,
+            backfilled_objects: 0,
+            recovery_bytes: 0,
+            repaired_objects: 0,
+            last_scrub: 0,
+            last_deep_scrub: 0,
+            inconsistent: Vec::new(),
+            tier,
+            client_io: ClientIo::default(),
+        }
+    }
+
+    #[test]
+    fn cache_usage_sums_the_cache_pools_counted_pgs() {
+        let mut map = ClusterMap::new("t".into());
+        map.osd_boot(0, "a0".into(), cairn_map::WEIGHT_ONE);
+        let base = map.create_pool("base", 1, 1, 4).unwrap();
+        let fast = map.create_pool("fast", 1, 1, 4).unwrap();
+        assert!(
+            cache_usage(&map, &HashMap::new()).is_empty(),
+            "no cache pool yet"
+        );
+        map.tier_add("base", "fast").unwrap();
+        let mut stats = HashMap::new();
+        for (seed, objects) in [(0, 5u64), (2, 7)] {
+            let pg = PgId::new(fast, seed);
+            let tier = TierStat {
+                objects,
+                bytes: objects << 20,
+                dirty: 1,
+                dirty_bytes: 4096,
+                ..TierStat::default()
+            };
+            stats.insert(pg, stat(pg, objects, Some(tier)));
+        }
+        // A base PG's stat (no tier part), and a cache PG not counted yet.
+        stats.insert(PgId::new(base, 0), stat(PgId::new(base, 0), 100, None));
+        stats.insert(PgId::new(fast, 3), stat(PgId::new(fast, 3), 9, None));
+        let u = cache_usage(&map, &stats);
+        assert_eq!(
+            u,
+            vec![TierPoolUsage {
+                pool: fast,
+                pgs_counted: 2,
+                objects: 12,
+                bytes: 12 << 20,
+                dirty: 2,
+                dirty_bytes: 8192,
+            }]
+        );
+    }
 }

@@ -21,6 +21,7 @@ use cairn_wire::{ObjOp, OpError, OsdOp, OsdOpReply, PgBody, PgMessage, PgStat};
 
 use crate::io::{ClientId, CopyResult, Done, OsdIo, ReadResult};
 use crate::pace::Pacer;
+use crate::pg::tier::fullness::TierUsage;
 use crate::pg::{ClientOp, Ctx, MonRequests, Pg, Role, Wait};
 use crate::slots::Slots;
 
@@ -119,6 +120,8 @@ pub struct OsdCore {
     slots: Slots,
     requests: MonRequests,
     stat_rounds: u64,
+    /// The cache pools' totals, from the monitor.
+    tier_usage: TierUsage,
     /// The catch-up before boot, while it runs.
     catch_up: Option<catch_up::CatchUp>,
 }
@@ -185,6 +188,7 @@ impl OsdCore {
             slots,
             requests: MonRequests::default(),
             stat_rounds: 0,
+            tier_usage: TierUsage::default(),
             catch_up: None,
         }
     }
@@ -219,6 +223,7 @@ impl OsdCore {
             slots: &mut self.slots,
             requests: &mut self.requests,
             agent_flushes: 0,
+            tier_usage: &self.tier_usage,
             tier_replies: Vec::new(),
         };
         let r = f(pg, &mut ctx);
@@ -238,6 +243,7 @@ impl OsdCore {
             slots: &mut self.slots,
             requests: &mut self.requests,
             agent_flushes,
+            tier_usage: &self.tier_usage,
             tier_replies: Vec::new(),
         };
         for pg in self.pgs.values_mut() {
@@ -631,6 +637,12 @@ impl OsdCore {
             total.repaired_objects += c.repaired_objects;
         }
         total
+    }
+
+    /// The monitor's totals of each cache pool, received at `now`
+    /// ([`OsdIo::now`]): the tiering agents judge fullness by them.
+    pub fn set_tier_usage(&mut self, pools: Vec<cairn_wire::TierPoolUsage>, now: Duration) {
+        self.tier_usage.set(pools, now);
     }
 
     /// The state of every PG this OSD is primary for.

@@ -12,7 +12,7 @@ use cairn_map::crush::DeviceReport;
 use cairn_map::{ClusterMap, OsdUsage};
 use cairn_types::{Entity, Epoch, OsdId, PgId, PoolId, ReqId};
 
-use crate::pg::{PgMessage, PgStat, RecoveryCounters};
+use crate::pg::{PgMessage, PgStat, RecoveryCounters, TierPoolUsage};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +73,11 @@ pub enum Message {
     MonReply {
         tid: u64,
         result: Result<String, String>,
+    },
+    /// The monitor's answer to a heartbeat, when the map has cache pools:
+    /// each cache pool's objects and bytes over all its PGs.
+    TierUsage {
+        pools: Vec<TierPoolUsage>,
     },
 
     // ----- client ↔ OSD -----

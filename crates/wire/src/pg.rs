@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use cairn_store::Transaction;
-use cairn_types::{Epoch, OsdId, PgId, ReqId, Version};
+use cairn_types::{Epoch, OsdId, PgId, PoolId, ReqId, Version};
 use serde::{Deserialize, Serialize};
 
 /// What one mutation did to its object.
@@ -444,8 +444,11 @@ pub struct TierStat {
     /// Whiteouts among the objects (removals not yet flushed, or flushed
     /// and not yet evicted).
     pub whiteouts: u64,
-    /// Objects held (whiteouts included).
+    /// Objects held (whiteouts included), and their bytes; of them, the
+    /// dirty ones' bytes.
     pub objects: u64,
+    pub bytes: u64,
+    pub dirty_bytes: u64,
     /// The map epoch at which `dirty` was counted.
     pub counted_epoch: Epoch,
     /// The agent or a sweep is flushing, or evicting, now.
@@ -463,6 +466,20 @@ pub struct TierStat {
     pub proxied_write_batches: u64,
     /// Writes to objects not in the cache taken without promoting them.
     pub partial_writes: u64,
+}
+
+/// A cache pool's contents, summed by the monitor over the last stats of
+/// its PGs and sent to each OSD after its heartbeat: the tiering agents
+/// judge how full the cache is by the pool, not by their PG alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierPoolUsage {
+    pub pool: PoolId,
+    /// PGs whose stats are in the sums (the others not reported yet).
+    pub pgs_counted: u32,
+    pub objects: u64,
+    pub bytes: u64,
+    pub dirty: u64,
+    pub dirty_bytes: u64,
 }
 
 /// What an OSD's recovery did since it started, over all its PGs, in any

@@ -109,6 +109,11 @@ impl Osd {
                         }
                     }
                 }
+                Ok(Message::TierUsage { pools }) => {
+                    self.with_core(|core, io| {
+                        core.set_tier_usage(pools, crate::io::OsdIo::now(io))
+                    });
+                }
                 Ok(_) => {}
                 Err(e) => break Err(e),
             }

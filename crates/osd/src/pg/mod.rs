@@ -54,6 +54,8 @@ pub(crate) struct Ctx<'a> {
     /// Flushes the cache-tier agents of this OSD have in flight, counted
     /// at each tick ([`tier::agent`]).
     pub agent_flushes: usize,
+    /// The cache pools' totals from the monitor ([`tier::fullness`]).
+    pub tier_usage: &'a tier::fullness::TierUsage,
     /// Answers to the cache tier's own writes ([`tier::TIER_CLIENT`]),
     /// handed to their PG once the event is handled.
     pub tier_replies: Vec<(PgId, u64, Result<Vec<cairn_wire::OpOutput>, OpError>)>,

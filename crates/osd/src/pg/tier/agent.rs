@@ -7,14 +7,15 @@
 //! none) flushes and evicts everything. Its work is bounded: a few objects
 //! in flight per PG, so client ops keep their share.
 //!
-//! Targets are per pool; a PG takes its share (`target / pg_num`). At the
-//! target itself the PG is *full*: it takes no new object (ops on objects
-//! it does not hold go to the base pool) until the agent has made room.
+//! Targets are per pool, and a PG judges how full the cache is by the
+//! pool's totals ([`fullness`]). At the target itself the PG is *full*:
+//! it takes no new object (ops on objects it does not hold go to the base
+//! pool) until the agents have made room.
 
 use cairn_map::tier::RATIO_ONE;
-use cairn_map::{CacheMode, TierParams};
+use cairn_map::CacheMode;
 
-use super::cache_of;
+use super::{cache_of, fullness};
 use crate::pg::{Ctx, Pg};
 
 /// Flushes or evictions one PG's agent has in flight, at most, by urgency.
@@ -33,37 +34,31 @@ pub const AGENT_OSD_FLUSHES_LOW: usize = 2;
 /// How often an idle agent looks again.
 pub const AGENT_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// How full a PG is against its share of the targets, in millionths
-/// (`None`: no target set).
-fn ratio(n: u64, target: u64, pg_num: u32) -> Option<u64> {
-    if target == 0 {
-        return None;
-    }
-    let share = (target / u64::from(pg_num.max(1))).max(1);
-    Some(n.saturating_mul(u64::from(RATIO_ONE)) / share)
-}
-
-/// The larger of the object and byte ratios.
-fn worst(objects: u64, bytes: u64, p: &TierParams, pg_num: u32) -> Option<u64> {
-    let a = ratio(objects, p.target_max_objects, pg_num);
-    let b = ratio(bytes, p.target_max_bytes, pg_num);
-    a.max(b)
-}
-
 impl Pg {
-    /// Is this cache PG at its share of the targets?
+    /// How full this cache PG counts as ([`fullness::levels`]); `None`
+    /// before its objects are counted or when its pool is no cache.
+    fn tier_levels(&self, ctx: &Ctx<'_>) -> Option<fullness::Levels> {
+        let tier = self.primary.as_ref().and_then(|p| p.tier.as_ref())?;
+        let ix = tier.index.as_ref()?;
+        let pool = ctx.map.pool(self.id.pool)?;
+        let here = fullness::Contents {
+            objects: ix.objects(),
+            bytes: ix.bytes(),
+            dirty: ix.dirty(),
+            dirty_bytes: ix.dirty_bytes(),
+        };
+        Some(fullness::levels(
+            &pool.tier.params,
+            pool.pg_num,
+            here,
+            tier.reported,
+            ctx.tier_usage.get(self.id.pool, ctx.io.now()),
+        ))
+    }
+
+    /// Is this cache PG full: takes it no new object?
     pub(crate) fn tier_full(&self, ctx: &Ctx<'_>) -> bool {
-        let (Some(tier), Some(pool)) = (
-            self.primary.as_ref().and_then(|p| p.tier.as_ref()),
-            ctx.map.pool(self.id.pool),
-        ) else {
-            return false;
-        };
-        let Some(ix) = tier.index.as_ref() else {
-            return false;
-        };
-        worst(ix.objects(), ix.bytes(), &pool.tier.params, pool.pg_num)
-            .is_some_and(|r| r >= u64::from(RATIO_ONE))
+        self.tier_levels(ctx).is_some_and(|l| l.is_full())
     }
 
     /// Run the agent if due: every [`AGENT_IDLE`] when it has nothing to
@@ -98,7 +93,6 @@ impl Pg {
         let Some((_, mode, params)) = cache_of(ctx, self.id.pool) else {
             return;
         };
-        let pg_num = ctx.map.pool(self.id.pool).map_or(1, |p| p.pg_num);
         let now = ctx.io.wall_secs();
         let pg = self.id;
         let store = ctx.io.store();
@@ -116,12 +110,17 @@ impl Pg {
                 }
             }
         }
+        let Some(levels) = self.tier_levels(ctx) else {
+            return;
+        };
+        let Some(tier) = self.primary.as_mut().and_then(|p| p.tier.as_deref_mut()) else {
+            return;
+        };
         let Some(ix) = tier.index.as_ref() else {
             return;
         };
         let draining = mode == CacheMode::None;
-        let dirty = worst(ix.dirty(), ix.dirty_bytes(), &params, pg_num).unwrap_or(0);
-        let full = worst(ix.objects(), ix.bytes(), &params, pg_num).unwrap_or(0);
+        let (dirty, full) = (levels.dirty, levels.full);
         let flush_ops = if draining || dirty > u64::from(params.cache_target_dirty_high_ratio) {
             AGENT_OPS_HIGH
         } else if dirty > u64::from(params.cache_target_dirty_ratio) {
@@ -138,7 +137,7 @@ impl Pg {
         };
         tier.counters.flushing = flush_ops > 0;
         tier.counters.evicting = evict_ops > 0;
-        tier.counters.full = full >= u64::from(RATIO_ONE);
+        tier.counters.full = levels.is_full();
         let room = |wanted: usize, active: usize| wanted.saturating_sub(active);
         let busy = &tier.busy;
         let flush_age = if draining {
@@ -205,23 +204,5 @@ impl Pg {
             .as_ref()
             .and_then(|p| p.objects.get(oid))
             .is_some_and(|o| o.pending_writes > 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ratios_are_per_pg_shares_of_the_targets() {
-        let p = TierParams {
-            target_max_objects: 800,
-            target_max_bytes: 8 << 20,
-            ..TierParams::default()
-        };
-        // 8 PGs: 100 objects and 1 MiB each.
-        assert_eq!(worst(50, 0, &p, 8), Some(500_000));
-        assert_eq!(worst(10, 1 << 20, &p, 8), Some(1_000_000));
-        assert_eq!(worst(10, 0, &TierParams::default(), 8), None);
     }
 }

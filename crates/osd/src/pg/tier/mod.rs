@@ -27,6 +27,7 @@
 
 pub mod agent;
 pub mod flush;
+pub mod fullness;
 pub mod hitset;
 pub mod index;
 mod internal;
@@ -174,6 +175,9 @@ pub(crate) struct TierPg {
     /// and the writes to it gathering to be proxied as one op.
     gathering: Option<String>,
     gather: Option<proxy::Gather>,
+    /// What this PG held when it last made its stats (which the
+    /// monitor's pool totals count), for [`fullness::levels`].
+    pub reported: Option<fullness::Contents>,
 }
 
 impl TierPg {
@@ -186,6 +190,8 @@ impl TierPg {
         let mut st = self.counters.clone();
         st.dirty = index.dirty();
         st.objects = index.objects();
+        st.bytes = index.bytes();
+        st.dirty_bytes = index.dirty_bytes();
         st.whiteouts = index.whiteouts();
         let sweeping = self.sweep.as_ref().is_some_and(|s| !s.finished());
         st.flushing |= sweeping || self.agent_flushing > 0;

@@ -4,7 +4,7 @@
 
 use cairn_wire::TierStat;
 
-use super::index;
+use super::{fullness, index};
 use crate::pg::Pg;
 
 impl Pg {
@@ -46,6 +46,12 @@ impl Pg {
         }
         let mut st = tier.stat()?;
         st.counted_epoch = epoch;
+        tier.reported = Some(fullness::Contents {
+            objects: st.objects,
+            bytes: st.bytes,
+            dirty: st.dirty,
+            dirty_bytes: st.dirty_bytes,
+        });
         Some(st)
     }
 }
