@@ -513,7 +513,7 @@ async fn the_agent_honours_ratios_and_ages_and_a_full_cache_passes_writes_on() {
         ("target_max_objects", "80"), // 10 per PG
         ("cache_target_dirty_ratio", "0.3"),
         ("cache_target_dirty_high_ratio", "0.6"),
-        ("cache_target_full_ratio", "0.5"),
+        ("cache_target_full_ratio", "0.4"), // the pool, at 40 of 80, past it
         ("cache_min_flush_age", "6"),
         ("cache_min_evict_age", "3"),
     ] {
@@ -778,5 +778,96 @@ async fn writes_during_flushes_are_kept() {
             read(&c, base, &oid, false).await.expect("read") == expect(o),
             "{oid} after the flush"
         );
+    }
+}
+
+/// How full the cache is, the PGs judge by the pool: one PG far past its
+/// share of `target_max_objects` keeps taking new objects while the pool
+/// is below its target (hashing spreads objects unevenly; judged by its
+/// share alone it would pass writes to the slow pool), up to 4 times its
+/// share; and once the pool is at its target, every PG stops taking them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_judges_fullness_by_the_pool_not_its_share() {
+    let cluster = two_pools(3);
+    let (c, base, cache) = writeback(&cluster).await;
+    for (k, v) in [
+        ("target_max_objects", "80"), // 10 per PG, 40 at a PG's cap
+        ("cache_target_dirty_high_ratio", "0.95"),
+        ("cache_target_dirty_ratio", "0.9"),
+        ("cache_target_full_ratio", "0.95"),
+        ("cache_min_flush_age", "3600"),
+        ("cache_min_evict_age", "3600"),
+    ] {
+        cluster.ok(&["pool", "set", "cache", k, v]);
+    }
+    c.wait_for_epoch(epoch(&cluster) as u32).await.expect("map");
+    // Every PG counted and the totals back at the OSDs.
+    wait_cache_stats(&cluster, "cache", "every PG reporting", |_| true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let map = c.map();
+    let pool = map.pool(cache).expect("cache pool");
+    let crowded = map.object_pg(pool, "crowd0");
+    let mut names = (0u64..)
+        .map(|i| format!("crowd{i}"))
+        .filter(|n| map.object_pg(pool, n) == crowded);
+    let mut written = Vec::new();
+    let count = |v: &Value, k: &str| v["cache_io"][k].as_u64().unwrap_or(u64::MAX);
+    // Three times its share, the pool at 30 of 80: all taken.
+    for _ in 0..30 {
+        let n = names.next().expect("name");
+        write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
+        written.push(n);
+    }
+    let v = wait_cache_stats(&cluster, "cache", "30 objects in", |v| {
+        count(v, "dirty_objects") == 30
+    });
+    assert_eq!(
+        count(&v, "proxied_writes"),
+        0,
+        "a PG at 3x its share passed writes on while the pool held 30 of 80: {v}"
+    );
+    assert_eq!(count(&v, "pgs_full"), 0, "{v}");
+    // Past four times its share the PG is full on its own.
+    for _ in 0..15 {
+        let n = names.next().expect("name");
+        write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
+        written.push(n);
+    }
+    let v = wait_cache_stats(&cluster, "cache", "the PG full at its cap", |v| {
+        count(v, "pgs_full") == 1
+    });
+    assert_eq!(count(&v, "dirty_objects"), 40, "{v}");
+    assert_eq!(count(&v, "proxied_writes"), 5, "{v}");
+    let health = cluster.ok(&["health", "detail"]);
+    assert!(
+        health.contains(&format!("pg {crowded}")) && health.contains("past its share"),
+        "{health}"
+    );
+    // Objects elsewhere until the pool is at its target: then every PG is
+    // full. The totals lag the writes by a heartbeat; paced writes
+    // overshoot the target by a few objects at most.
+    let mut others = (0u64..)
+        .map(|i| format!("spread{i}"))
+        .filter(|n| map.object_pg(pool, n) != crowded);
+    let start = Instant::now();
+    let v = loop {
+        let n = others.next().expect("name");
+        write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
+        written.push(n);
+        let v = pool_stats(&cluster, "cache");
+        if count(&v, "pgs_full") == 8 {
+            break v;
+        }
+        assert!(start.elapsed() < WAIT, "the pool never filled: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let held = count(&v, "dirty_objects");
+    assert!((80..=90).contains(&held), "a full pool holds {held} of 80: {v}");
+    let health = cluster.ok(&["health", "detail"]);
+    assert!(health.contains("pool cache holds"), "{health}");
+    // Nothing lost on either side of the line.
+    for (i, n) in written.iter().enumerate() {
+        let got = read(&c, base, n, false).await.expect("read back");
+        assert_eq!(got, pattern(i as u64, 4096), "{n}");
     }
 }
