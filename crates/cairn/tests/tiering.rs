@@ -862,7 +862,10 @@ async fn a_pg_judges_fullness_by_the_pool_not_its_share() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let held = count(&v, "dirty_objects");
-    assert!((80..=90).contains(&held), "a full pool holds {held} of 80: {v}");
+    assert!(
+        (80..=90).contains(&held),
+        "a full pool holds {held} of 80: {v}"
+    );
     let health = cluster.ok(&["health", "detail"]);
     assert!(health.contains("pool cache holds"), "{health}");
     // Nothing lost on either side of the line.
