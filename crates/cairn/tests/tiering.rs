@@ -812,11 +812,19 @@ async fn a_pg_judges_fullness_by_the_pool_not_its_share() {
         .filter(|n| map.object_pg(pool, n) == crowded);
     let mut written = Vec::new();
     let count = |v: &Value, k: &str| v["cache_io"][k].as_u64().unwrap_or(u64::MAX);
-    // Three times its share, the pool at 30 of 80: all taken.
-    for _ in 0..30 {
-        let n = names.next().expect("name");
-        write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
-        written.push(n);
+    // Three times its share, the pool at 30 of 80: all taken. In steps of
+    // 5, each in the pool's totals before the next: until the totals come
+    // back, a PG takes the objects it gets as if every PG got as many.
+    for step in 0..6 {
+        for _ in 0..5 {
+            let n = names.next().expect("name");
+            write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
+            written.push(n);
+        }
+        let want = 5 * (step + 1);
+        wait_cache_stats(&cluster, "cache", "the step counted", |v| {
+            count(v, "dirty_objects") >= want
+        });
     }
     let v = wait_cache_stats(&cluster, "cache", "30 objects in", |v| {
         count(v, "dirty_objects") == 30
@@ -828,10 +836,16 @@ async fn a_pg_judges_fullness_by_the_pool_not_its_share() {
     );
     assert_eq!(count(&v, "pgs_full"), 0, "{v}");
     // Past four times its share the PG is full on its own.
-    for _ in 0..15 {
-        let n = names.next().expect("name");
-        write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
-        written.push(n);
+    for _ in 0..3 {
+        for _ in 0..5 {
+            let n = names.next().expect("name");
+            write(&c, base, &n, 0, &pattern(written.len() as u64, 4096)).await;
+            written.push(n);
+        }
+        let before = written.len() as u64;
+        wait_cache_stats(&cluster, "cache", "the step counted", |v| {
+            count(v, "dirty_objects") + count(v, "proxied_writes") >= before
+        });
     }
     let v = wait_cache_stats(&cluster, "cache", "the PG full at its cap", |v| {
         count(v, "pgs_full") == 1

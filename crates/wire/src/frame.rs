@@ -32,8 +32,9 @@ use crate::msg::Message;
 pub const FRAME_MAGIC: [u8; 3] = *b"CRN";
 /// The encoding of [`Message`]: bumped by every change to a message's
 /// shape or to the frame, since bincode carries no field names to tell
-/// versions apart. 3: the data segment. 4: `ObjOp::OmapCmp`.
-pub const WIRE_VERSION: u8 = 6;
+/// versions apart. 3: the data segment. 4: `ObjOp::OmapCmp`. 7: a cache
+/// pool's totals (`Message::TierUsage`, bytes in `TierStat`).
+pub const WIRE_VERSION: u8 = 7;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest front plus data: a whole 64 MiB object (the largest object
 /// size) plus headroom.
