@@ -5,9 +5,10 @@
 //! The targets are the pool's. A PG judges by the pool's totals, which
 //! the monitor sums from every PG's stats and sends each OSD after its
 //! heartbeat ([`TierUsage`]), brought up to date with what this PG took
-//! or dropped since it last reported (what it took counted as if every PG
-//! took as much: the totals lag by a heartbeat, and PGs filling together
-//! would otherwise pass the target between two of them). Hashing spreads objects unevenly,
+//! or dropped since it last reported, counted as if every PG took or
+//! dropped as much: the totals lag by a heartbeat, and PGs filling (or
+//! evicting) together would otherwise pass the target between two of them
+//! (or each evict the whole excess). Hashing spreads objects unevenly,
 //! so judging by the PG's share alone (Ceph's way) makes some PGs full
 //! while the pool is far from it: they then pass writes to the slow pool,
 //! and a client writing at random ends up with every op parked on their
@@ -102,15 +103,16 @@ pub fn levels(
     let pgs = u128::from(pg_num.max(pool.pgs_counted));
     // The pool now, as far as this PG can tell: its totals scaled up for
     // PGs not counted yet, with this PG's change since it reported. The
-    // others' changes are not known until the next totals: a growth is
-    // taken as every PG's (so that PGs filling at once do not pass the
-    // target between two reports), a shrink as this PG's alone.
+    // others' changes are not known until the next totals, and are taken
+    // to be this PG's: PGs filling at once do not pass the target between
+    // two reports, nor do PGs evicting at once each evict the whole
+    // excess.
     let now = |total: u64, here: u64, was: u64| {
         let total = u128::from(total) * pgs / u128::from(pool.pgs_counted);
         let n = if here >= was {
             total + u128::from(here - was) * pgs
         } else {
-            total.saturating_sub(u128::from(was - here))
+            total.saturating_sub(u128::from(was - here) * pgs)
         };
         u64::try_from(n).unwrap_or(u64::MAX)
     };
@@ -217,15 +219,15 @@ mod tests {
             Some(&pool(40, 0, 16)),
         );
         assert_eq!(l.full, 56 * 1_000_000 / 96);
-        // Dropped 6: only its own drop is known.
+        // Dropped 2: every PG counted as dropping 2.
         let l = levels(
             &params(),
             16,
-            objects(4, 0),
+            objects(8, 0),
             Some(objects(10, 0)),
-            Some(&pool(60, 0, 16)),
+            Some(&pool(90, 0, 16)),
         );
-        assert_eq!(l.full, 54 * 1_000_000 / 96);
+        assert_eq!(l.full, 58 * 1_000_000 / 96);
         // Half the PGs counted: the pool is taken as twice what they hold.
         let l = levels(&params(), 16, objects(2, 0), None, Some(&pool(24, 0, 8)));
         assert_eq!(l.full, 500_000);
