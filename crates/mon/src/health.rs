@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use cairn_map::tier::RATIO_ONE;
+use cairn_map::tier::PG_SHARE_CAP;
 use cairn_map::{ClusterMap, FullState, OsdUsage};
 use cairn_types::{OsdId, PgId};
 use cairn_wire::{PgStat, TierStat};
@@ -233,7 +233,7 @@ pub(crate) fn cache_checks(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> V
 
 /// Cache PGs that take no new objects (ops on objects they do not hold go
 /// to the base pool) until the agents have flushed and evicted enough:
-/// their pool is at its target, or the PG alone at `PG_SHARE_CAP` times
+/// their pool is at its target, or the PG alone at [`PG_SHARE_CAP`] times
 /// its share of it.
 fn cache_full(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
     let full: Vec<(PgId, &TierStat)> = map
@@ -251,26 +251,25 @@ fn cache_full(map: &ClusterMap, stats: &HashMap<PgId, PgStat>) -> Vec<Check> {
     }
     let usage = crate::tier::cache_usage(map, stats);
     let pools: BTreeSet<String> = full.iter().map(|(pg, _)| pool_name(map, *pg)).collect();
+    // Both counts, without guessing which one made the PG full: its
+    // own estimate of the pool runs ahead of the monitor's sums between
+    // two heartbeats.
     let why = |pg: PgId, t: &TierStat| {
         let name = pool_name(map, pg);
         let Some(pool) = map.pool(pg.pool) else {
             return format!("pg {pg} (pool {name}) is full");
         };
         let p = &pool.tier.params;
-        let total = usage.iter().find(|u| u.pool == pg.pool);
-        match total {
-            Some(u) if p.fullness(u.objects, u.bytes, 1).unwrap_or(0) >= u64::from(RATIO_ONE) => {
-                format!(
-                    "pg {pg}: pool {name} holds {} objects, {} bytes (targets {} objects, {} bytes; 0: none)",
-                    u.objects, u.bytes, p.target_max_objects, p.target_max_bytes
-                )
-            }
-            _ => format!(
-                "pg {pg} (pool {name}) holds {} objects, {} bytes, well past its share of the \
-                 targets ({} objects, {} bytes over {} PGs), though the pool is below them",
-                t.objects, t.bytes, p.target_max_objects, p.target_max_bytes, pool.pg_num
-            ),
-        }
+        let (objects, bytes) = usage
+            .iter()
+            .find(|u| u.pool == pg.pool)
+            .map_or((0, 0), |u| (u.objects, u.bytes));
+        format!(
+            "pg {pg} holds {} objects, {} bytes (full alone at {PG_SHARE_CAP}x its share of the \
+             targets); pool {name} holds {objects} objects, {bytes} bytes (targets {} objects, \
+             {} bytes; 0: none)",
+            t.objects, t.bytes, p.target_max_objects, p.target_max_bytes
+        )
     };
     vec![Check {
         code: "CACHE_POOL_FULL",
