@@ -18,6 +18,11 @@ client writes (what `cairn bench` reports). Summary per point: medians over
 the rounds, the cluster's mean over the store's (issue 19's QD1 target is
 2.0x), and the floor's share of the cluster's latency and CPU.
 
+With --against OLD, a before/after run instead: each round runs the store
+alone, then the BlueStore cluster with OLD and with --cairn, in turns (ABBA
+over the rounds), and prints each side's medians and their ratios to the
+store alone measured in the same rounds.
+
 With --nbd-floor, also the NBD hop alone: fio's nbd engine at QD1 and QD32
 4K randread against nbdkit's null plugin (no storage, no network behind
 it), the least any NBD gateway process adds to a client library's latency
@@ -25,7 +30,7 @@ on this machine (issue 19's NBD target is +15%).
 
 Usage: python3 bench/write_path.py [--cairn target/release/cairn]
        [--dir /tmp/cairn-write-path] [--rounds 3] [--runtime 15]
-       [--nbd-floor] [--json]
+       [--nbd-floor] [--against OLD_BINARY] [--json]
 Needs a release build; --nbd-floor needs fio and nbdkit.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, time
@@ -59,11 +64,12 @@ def store_leg(a):
     return res
 
 
-def cluster_leg(a, store):
+def cluster_leg(a, store, cairn=None):
+    cairn = cairn or a.cairn
     d = os.path.join(a.dir, store)
-    run([a.cairn, "cluster", "down", "--dir", d], check=False)
+    run([cairn, "cluster", "down", "--dir", d], check=False)
     shutil.rmtree(d, ignore_errors=True)
-    up = [a.cairn, "cluster", "up", "--osds", "3", "--pg-num", "32", "--store", store,
+    up = [cairn, "cluster", "up", "--osds", "3", "--pg-num", "32", "--store", store,
           "--timeout", "120", "--dir", d]
     if store == "bluestore":
         up += ["--set", "osd.bluestore_block_size=2147483648"]
@@ -71,13 +77,13 @@ def cluster_leg(a, store):
     conf = ["--conf", os.path.join(d, "cairn.toml")]
     res = {}
     try:
-        run([a.cairn, *conf, "image", "create", "rbd/b", "--size", "1G"])
+        run([cairn, *conf, "image", "create", "rbd/b", "--size", "1G"])
         # Written through first on both: every write then lands on an
         # existing object and block, as in the store leg.
-        run([a.cairn, *conf, "bench", "--image", "rbd/b", "--rw", "write", "--bs", "1M",
+        run([cairn, *conf, "bench", "--image", "rbd/b", "--rw", "write", "--bs", "1M",
             "--iodepth", "8", "--runtime", "1", "--ramp", "0", "--precondition"])
         for qd in QDS:
-            out = run([a.cairn, *conf, "--json", "bench", "--image", "rbd/b", "--rw",
+            out = run([cairn, *conf, "--json", "bench", "--image", "rbd/b", "--rw",
                        "randwrite", "--bs", "4k", "--iodepth", str(qd), "--runtime",
                        str(a.runtime), "--ramp", "2"])
             v = json.loads(out)
@@ -91,7 +97,7 @@ def cluster_leg(a, store):
                 "client_cpu_us_per_op": cpu.get("client_cpu_us_per_op"),
             }
     finally:
-        run([a.cairn, "cluster", "down", "--dir", d], check=False)
+        run([cairn, "cluster", "down", "--dir", d], check=False)
         shutil.rmtree(d, ignore_errors=True)  # block files of GiBs each
     return res
 
@@ -140,10 +146,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=15)
     ap.add_argument("--nbd-floor", action="store_true")
+    ap.add_argument("--against", metavar="OLD_BINARY",
+                    help="before/after: the BlueStore cluster with OLD_BINARY and --cairn")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.nbd_floor and not (shutil.which("fio") and shutil.which("nbdkit")):
         sys.exit("--nbd-floor needs fio and nbdkit (apt-get install -y fio nbdkit)")
+    if a.against:
+        return against(a)
     rounds = []
     for i in range(a.rounds):
         r = {"store": store_leg(a), "memstore": cluster_leg(a, "memstore"),
@@ -197,6 +207,44 @@ def main():
         if s.get("nbd_floor_mean_us") is not None:
             print(f"      NBD hop alone (fio nbd -> nbdkit null, randread):"
                   f" {s['nbd_floor_mean_us']:.1f} µs mean")
+
+
+def show(label, x):
+    print(f"{label:22} {x['iops']:8.0f} IOPS  mean {x['mean_us']:7.0f} µs"
+          f"  p99.99 {x['p9999_us']:8.0f}  CPU {fmt(x['cpu_us_per_op'])} µs/op"
+          f"  csw {x['csw_per_op'] or 0:.2f}/op", flush=True)
+
+
+def against(a):
+    """Old and new binary on the BlueStore cluster, alternating (ABBA), with
+    the store alone (new binary) in every round as the yardstick."""
+    sides = {"old": a.against, "new": a.cairn}
+    rounds = []
+    for i in range(a.rounds):
+        r = {"store": store_leg(a)}
+        order = ("old", "new") if i % 2 == 0 else ("new", "old")
+        for side in order:
+            r[side] = cluster_leg(a, "bluestore", sides[side])
+        rounds.append(r)
+        for leg in ("store",) + order:
+            for qd in QDS:
+                show(f"round {i+1} {leg} QD{qd}", r[leg][qd])
+    keys = ("iops", "mean_us", "p9999_us", "cpu_us_per_op", "csw_per_op")
+    summary = {qd: {leg: {k: med(rounds, leg, qd, k) for k in keys}
+                    for leg in ("store", "old", "new")} for qd in QDS}
+    if a.json:
+        print(json.dumps({"rounds": rounds, "summary": summary}, indent=1))
+        return
+    print("\nmedians over the rounds")
+    for qd, s in summary.items():
+        st = s["store"]["mean_us"]
+        for leg in ("old", "new"):
+            x = s[leg]
+            print(f"QD{qd} {leg}: mean {fmt(x['mean_us'], ' µs')} = {x['mean_us'] / st:.2f}x the"
+                  f" store ({fmt(st, ' µs')}), {fmt(x['iops'])} IOPS, OSD CPU"
+                  f" {fmt(x['cpu_us_per_op'], ' µs')}/write"
+                  f" ({1e6 / x['cpu_us_per_op']:,.0f} per OSD CPU-s),"
+                  f" {x['csw_per_op']:.2f} switches/write")
 
 
 if __name__ == "__main__":
