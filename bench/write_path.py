@@ -153,6 +153,11 @@ def main():
     if a.nbd_floor and not (shutil.which("fio") and shutil.which("nbdkit")):
         sys.exit("--nbd-floor needs fio and nbdkit (apt-get install -y fio nbdkit)")
     if a.against:
+        if a.nbd_floor:
+            sys.exit("--against compares two binaries on the BlueStore cluster; run"
+                     " --nbd-floor on its own")
+        if not os.access(a.against, os.X_OK):
+            sys.exit(f"--against {a.against}: not an executable file")
         return against(a)
     rounds = []
     for i in range(a.rounds):
@@ -164,11 +169,7 @@ def main():
         if not a.json:
             for leg in ("store", "memstore", "bluestore"):
                 for qd in QDS:
-                    x = r[leg][qd]
-                    print(f"round {i+1} {leg:9} QD{qd:<2} {x['iops']:8.0f} IOPS"
-                          f"  mean {x['mean_us']:7.0f} µs  p99.99 {x['p9999_us']:8.0f}"
-                          f"  CPU {fmt(x['cpu_us_per_op'])} µs/op"
-                          f"  csw {x['csw_per_op'] or 0:.1f}/op", flush=True)
+                    show(f"round {i+1} {leg:9} QD{qd:<2}", r[leg][qd])
             for qd in QDS if a.nbd_floor else ():
                 x = r["nbd_floor"][qd]
                 print(f"round {i+1} nbd floor QD{qd:<2} {x['iops']:8.0f} IOPS"
@@ -226,7 +227,7 @@ def against(a):
         for side in order:
             r[side] = cluster_leg(a, "bluestore", sides[side])
         rounds.append(r)
-        for leg in ("store",) + order:
+        for leg in () if a.json else ("store",) + order:
             for qd in QDS:
                 show(f"round {i+1} {leg} QD{qd}", r[leg][qd])
     keys = ("iops", "mean_us", "p9999_us", "cpu_us_per_op", "csw_per_op")
@@ -240,11 +241,12 @@ def against(a):
         st = s["store"]["mean_us"]
         for leg in ("old", "new"):
             x = s[leg]
+            cpu, csw = x["cpu_us_per_op"], x["csw_per_op"]
             print(f"QD{qd} {leg}: mean {fmt(x['mean_us'], ' µs')} = {x['mean_us'] / st:.2f}x the"
                   f" store ({fmt(st, ' µs')}), {fmt(x['iops'])} IOPS, OSD CPU"
-                  f" {fmt(x['cpu_us_per_op'], ' µs')}/write"
-                  f" ({1e6 / x['cpu_us_per_op']:,.0f} per OSD CPU-s),"
-                  f" {x['csw_per_op']:.2f} switches/write")
+                  f" {fmt(cpu, ' µs')}/write"
+                  + (f" ({1e6 / cpu:,.0f} per OSD CPU-s)" if cpu else "")
+                  + (f", {csw:.2f} switches/write" if csw is not None else ""))
 
 
 if __name__ == "__main__":
