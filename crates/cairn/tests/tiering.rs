@@ -197,6 +197,21 @@ fn tier_commands_refuse_bad_input_and_change_nothing() {
     assert!(!status.contains("CACHE_POOL_NO_TARGET"), "{status}");
 }
 
+/// `hit_set_period` of the writeback tests, in seconds.
+const HIT_SET_PERIOD: u64 = 2;
+
+/// Sleep until just after a hit-set period starts. The OSDs start periods
+/// at multiples of the period in Unix seconds, on this machine's clock, so
+/// what the test does next within the period counts as one period even
+/// on a loaded machine.
+async fn start_of_hit_set_period(period: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    let into = Duration::from_millis((now.as_millis() % (u128::from(period) * 1000)) as u64);
+    tokio::time::sleep(Duration::from_secs(period) - into + Duration::from_millis(20)).await;
+}
+
 /// Base and cache, writeback, overlay set; hit sets of 2 s, promotion on
 /// the second period a read is seen in.
 async fn writeback(cluster: &TestCluster) -> (Arc<Cluster>, PoolId, PoolId) {
@@ -207,8 +222,9 @@ async fn writeback(cluster: &TestCluster) -> (Arc<Cluster>, PoolId, PoolId) {
     write(&c, base, "old", 0, &pattern(1, 100_000)).await;
     cluster.ok(&["osd", "tier", "add", "base", "cache"]);
     cluster.ok(&["osd", "tier", "cache-mode", "cache", "writeback"]);
+    let period = HIT_SET_PERIOD.to_string();
     for (k, v) in [
-        ("hit_set_period", "2"),
+        ("hit_set_period", period.as_str()),
         ("hit_set_count", "4"),
         ("min_read_recency_for_promote", "2"),
         ("target_max_objects", "1000"),
@@ -227,6 +243,8 @@ async fn writeback_proxies_promotes_writes_partially_and_flushes() {
     let (c, base, _cache) = writeback(&cluster).await;
 
     // A cold object is read through the cache without being promoted ...
+    // (both reads inside one hit-set period: two periods would promote it)
+    start_of_hit_set_period(HIT_SET_PERIOD).await;
     assert_eq!(
         read(&c, base, "old", false).await.expect("read"),
         pattern(1, 100_000)
@@ -240,7 +258,7 @@ async fn writeback_proxies_promotes_writes_partially_and_flushes() {
     });
     assert_eq!(v["cache_io"]["promotes"], 0, "promoted too early: {v}");
     // ... until it is seen in a second hit-set period.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(HIT_SET_PERIOD * 1000 + 100)).await;
     assert_eq!(
         read(&c, base, "old", false).await.expect("read"),
         pattern(1, 100_000)
