@@ -143,7 +143,15 @@ async fn run(inner: Arc<Inner>, lc: Arc<LoopCommits>) {
         }
         tokio::select! {
             biased;
-            done = lc.ring.completions() => completed(&inner, &lc, done),
+            done = lc.ring.completions() => {
+                acknowledged(&inner, &lc, done);
+                // The commits' waiters are tasks of this loop, woken by
+                // the acknowledgement: let them run first (an OSD's reply
+                // to its client or primary goes out in this turn), then
+                // write the batches, which no acknowledgement waits for.
+                tokio::task::yield_now().await;
+                answer_on_loop(&inner, &inner.records, &mut inner.records.flight.lock());
+            }
             _ = lc.wake.notified() => {
                 // New transactions: let the rest of this turn run first
                 // (the tasks that send what the submitter queued, such as
@@ -176,6 +184,14 @@ fn start(inner: &Arc<Inner>, lc: &LoopCommits) -> LoopGroup {
 /// order, and write their batches to the key-value store (both here, on
 /// the calling thread), or wake a record thread for what would wait.
 fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
+    acknowledged(inner, lc, done);
+    answer_on_loop(inner, &inner.records, &mut inner.records.flight.lock());
+}
+
+/// Take written records out of flight and acknowledge what is durable and
+/// next in order. Their batches are left in `written` for
+/// [`answer_on_loop`] or a record thread.
+fn acknowledged(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
     let shared = &inner.records;
     for (seq, result) in done {
         let Some(f) = lc.in_flight.lock().remove(&seq) else {
@@ -203,7 +219,4 @@ fn completed(inner: &Inner, lc: &LoopCommits, done: Vec<Completion>) {
         flight.written.insert(seq, (f, written));
         acknowledge(inner, shared, &mut flight);
     }
-    // Write the batches here too when the key-value store takes them
-    // without waiting; a record thread gets the rest.
-    answer_on_loop(inner, shared, &mut shared.flight.lock());
 }

@@ -235,6 +235,16 @@ fn take_acks(inner: &Inner, flight: &mut Flight) -> Vec<Done> {
     acks
 }
 
+/// Wake a record thread if a record written and next in order waits for
+/// its batch and nobody is answering: for a thread that must wait for the
+/// batches while the loop that would write them may be the thread waiting.
+pub(crate) fn hand_unanswered(shared: &Shared) {
+    let flight = shared.flight.lock();
+    if !flight.answering && flight.written.contains_key(&(flight.settled + 1)) {
+        shared.handed.notify_one();
+    }
+}
+
 /// Most records an event loop answers in one go (see [`answer_on_loop`]):
 /// a bound on the loop's time away from its other work; what is left goes
 /// to a record thread.

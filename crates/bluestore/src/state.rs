@@ -171,6 +171,10 @@ impl Inner {
         let mut guard = self.committed_lock.lock();
         while self.committed() < target {
             self.check_failed()?;
+            // An event loop leaves the batches of the records it
+            // acknowledged to write after its waiters have run: if this
+            // is that loop's thread, a record thread must write them.
+            crate::record::hand_unanswered(&self.records);
             // Bounded: `finish_group` notifies without the lock, so a
             // wakeup may be missed.
             self.committed_moved

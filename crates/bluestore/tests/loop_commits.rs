@@ -177,3 +177,53 @@ fn loop_commits_match_the_model(stalling_kv: bool) {
     let report = store.fsck(true, false).expect("fsck");
     assert!(report.is_clean(), "fsck: {report:?}");
 }
+
+/// The loop acknowledges a record, lets the commits' waiters run, and only
+/// then writes the record's key-value batch. A waiter that reads what must
+/// come from the key-value store (omap) right away, on the loop's own
+/// thread, waits for that batch: a record thread writes it, else the loop
+/// would wait for itself forever. Every read sees its write.
+#[test]
+fn a_read_on_the_loop_right_after_its_commit_sees_the_write() {
+    let mut stores = FileStores::new(64 << 20);
+    let store = stores.open();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let on_loop = store.clone();
+    let runner = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            assert!(on_loop.attach_to_loop().expect("attach"));
+            let o = oid(PgId::new(1, 0), "header");
+            let mut t = Transaction::new();
+            t.touch(&o);
+            on_loop.submit(t).expect("submit").await.expect("commit");
+            for i in 0..300u64 {
+                let key = format!("k{i}");
+                let mut t = Transaction::new();
+                t.omap_set(&o, vec![(key.clone(), Bytes::from(pattern(i, 16)))]);
+                on_loop.submit(t).expect("submit").await.expect("commit");
+                let got = on_loop
+                    .omap_get(&o, std::slice::from_ref(&key))
+                    .expect("omap_get");
+                assert_eq!(
+                    got.get(&key).map(Vec::as_slice),
+                    Some(&pattern(i, 16)[..]),
+                    "omap key {key} right after its commit"
+                );
+            }
+            let perf = on_loop.perf();
+            assert!(perf.loop_records > 0, "the loop wrote no record: {perf:?}");
+        });
+        drop(on_loop);
+        drop(rt);
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("reads on the loop right after a commit hung (the loop waited for itself)");
+    runner.join().expect("the loop's thread");
+    drop(store);
+}
