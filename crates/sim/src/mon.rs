@@ -44,6 +44,10 @@ pub struct SimMon {
     pub stats: BTreeMap<PgId, PgStat>,
     pending: Vec<Change>,
     to_trim: Vec<PgId>,
+    /// Keep every PG's past intervals although primaries report their PGs
+    /// recovered: the daemon's monitor trims on a timer, so a map without
+    /// the trim can outlive the members (tests set this to hold it so).
+    pub hold_trims: bool,
 }
 
 impl SimMon {
@@ -88,6 +92,7 @@ impl SimMon {
             stats: BTreeMap::new(),
             pending: Vec::new(),
             to_trim: Vec::new(),
+            hold_trims: false,
         }
     }
 
@@ -140,7 +145,7 @@ impl SimMon {
         }
         timed.append(&mut self.pending);
         self.pending = timed;
-        if self.pending.is_empty() && self.to_trim.is_empty() {
+        if self.pending.is_empty() && (self.to_trim.is_empty() || self.hold_trims) {
             return None;
         }
         let mut next = (*self.map).clone();
@@ -152,7 +157,12 @@ impl SimMon {
             }
             changed |= applied;
         }
-        for pg in std::mem::take(&mut self.to_trim) {
+        let to_trim = if self.hold_trims {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.to_trim)
+        };
+        for pg in to_trim {
             if let Some(stat) = self.stats.get(&pg).filter(|s| s.recovered) {
                 changed |= next.trim_history(pg, stat.interval_epoch, &stat.acting);
             }

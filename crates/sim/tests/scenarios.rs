@@ -207,6 +207,71 @@ fn split_brain_serves_after_osd_lost() {
     assert_eq!(got.as_deref(), Some(&b"old in object 0"[..]));
 }
 
+/// A, B, C acting, min_size 1; C goes; a write is acknowledged by A and
+/// B; C returns and the PG is clean on all three, but the monitor has not
+/// yet forgotten the interval C missed (it trims on a timer); A and B go.
+/// C took the write when it was activated again: it serves it alone
+/// instead of waiting for A or B.
+#[test]
+fn a_member_activated_after_the_interval_it_missed_serves_alone() {
+    for seed in 1..=3 {
+        let cfg = cairn_sim::SimConfig {
+            min_size: 1,
+            ..config(seed, 3, 1)
+        };
+        let mut sim = started(cfg);
+        write_all(&mut sim, "old");
+        let pg = sim.object_id(0, 0).coll;
+        let acting = sim.map().acting(pg).osds;
+        let (a, b, c) = (acting[0], acting[1], acting[2]);
+        sim.kill(c);
+        sim.mark_down(c);
+        assert!(
+            sim.run_until(WAIT, |s| {
+                s.map().acting(pg).osds == vec![a, b] && s.pg_states()[&pg].starts_with("active")
+            }),
+            "{}",
+            sim.failure("not active on two")
+        );
+        write_all(&mut sim, "new");
+        sim.mon.hold_trims = true;
+        sim.restart(c);
+        sim.mark_in(c);
+        assert!(
+            sim.run_until(WAIT, |s| s.idle() && s.all_clean()),
+            "{}",
+            sim.failure("not clean with osd.c back")
+        );
+        let missed: Vec<_> = sim
+            .map()
+            .rw_intervals(pg)
+            .filter(|i| !i.acting.contains(&c))
+            .cloned()
+            .collect();
+        assert!(
+            !missed.is_empty(),
+            "seed {seed}: the map forgot the interval without osd.{c}: the test shows nothing"
+        );
+        for osd in [a, b] {
+            sim.kill(osd);
+            sim.mark_down(osd);
+        }
+        read_all(&mut sim);
+        assert!(
+            sim.run_until(WAIT, Sim::idle),
+            "{}",
+            sim.failure("the read waits although osd.c holds every write")
+        );
+        assert!(
+            sim.violations().is_empty(),
+            "seed {seed}: {:?}",
+            sim.violations()
+        );
+        let (_, got) = &sim.clients[0].reads[0];
+        assert_eq!(got.as_deref(), Some(&b"new in object 0"[..]), "seed {seed}");
+    }
+}
+
 /// Deep scrub finds a rotten replica copy and a rotten primary copy;
 /// repair rewrites both from a good one; light scrub alone misses rot.
 #[test]

@@ -228,6 +228,27 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.dump_logs();
+            // `CAIRN_TEST_KEEP_LOGS=DIR` keeps a failed test's logs whole.
+            if let Some(keep) = std::env::var_os("CAIRN_TEST_KEEP_LOGS") {
+                let to = Path::new(&keep).join(
+                    self.dir
+                        .path()
+                        .file_name()
+                        .unwrap_or_else(|| std::ffi::OsStr::new("cluster")),
+                );
+                let _ = std::fs::create_dir_all(&to);
+                for entry in std::fs::read_dir(self.dir.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let path = entry.path();
+                    if path.extension().is_some_and(|e| e == "log") {
+                        let _ = std::fs::copy(&path, to.join(entry.file_name()));
+                    }
+                }
+                eprintln!("logs kept in {}", to.display());
+            }
         }
         let dir_arg = self.dir.path().display().to_string();
         let _ = Command::new(CAIRN)

@@ -264,11 +264,27 @@ impl Pg {
         }
         let heard = get.heard.clone();
         // Every past interval that may have acknowledged writes must have
-        // a member heard from with a complete copy.
+        // a member heard from with a complete copy — unless it ended
+        // before an interval in which a complete member heard from was
+        // activated: that activation's primary had heard from every
+        // earlier interval, and the member took its authoritative log, so
+        // it holds every write acknowledged before (objects it lacks are
+        // in its missing set). The monitor forgets such intervals only
+        // once the PG reports itself recovered, which can come after its
+        // members are gone.
+        let started = heard
+            .values()
+            .filter_map(|h| h.usable())
+            .map(|i| i.last_epoch_started)
+            .max()
+            .unwrap_or(0);
         let mut blocked_by = BTreeSet::new();
         let mut blocking = Vec::new();
         let mut gone = Vec::new();
         for interval in ctx.map.rw_intervals(self.id) {
+            if interval.last < started {
+                continue;
+            }
             if interval
                 .acting
                 .iter()
