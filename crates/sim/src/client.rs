@@ -114,6 +114,31 @@ impl SimClient {
         self.pending.len()
     }
 
+    /// The operations in flight, a line each, for failure reports.
+    pub fn describe_pending(&self) -> Vec<String> {
+        self.pending
+            .values()
+            .map(|p| {
+                let kind = match &p.kind {
+                    Kind::Write(_) => "write",
+                    Kind::Remove => "remove",
+                    Kind::Read => "read",
+                    Kind::Resend { .. } => "resend",
+                };
+                format!(
+                    "client {} {kind} of {} (started {:?}): sent {:?} pg {:?}, retry at {:?}, waits for epoch {:?}",
+                    self.id,
+                    self.objects[p.obj].name,
+                    p.started,
+                    p.sent,
+                    p.sent_pg,
+                    p.retry_at,
+                    p.wait_epoch
+                )
+            })
+            .collect()
+    }
+
     /// The key the next started operation gets (its request id's tid).
     pub fn next_key(&self) -> u64 {
         self.next_key

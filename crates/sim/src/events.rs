@@ -197,6 +197,9 @@ impl Sim {
     pub(crate) fn send(&mut self, from: Node, to: Node, msg: NetMsg) {
         let cut = |n: Node| matches!(n, Node::Osd(o) if self.cut.contains(&o));
         if cut(from) || cut(to) {
+            // The connection exists (a sender does not know it is cut off):
+            // healing breaks it, and the sender learns then.
+            self.links.entry((from, to)).or_default();
             return;
         }
         if let Node::Osd(o) = to {

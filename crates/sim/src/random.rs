@@ -306,6 +306,11 @@ impl Sim {
                 ));
             }
         }
+        for client in &self.clients {
+            for line in client.describe_pending() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
         out.push_str("faults:\n");
         for line in &self.log {
             out.push_str(&format!("  {line}\n"));

@@ -67,7 +67,9 @@ fn random_faults_lose_no_acknowledged_write() {
 /// the stray had also notified while still down, when it could not be
 /// asked), three-host 30242 (rot injected under a copy the OSD did not
 /// hold, a harness bug) and 30776 (a PG down for want of an OSD that came
-/// back holding no copy to notify about). Their paths drift as the code
+/// back holding no copy to notify about), and short-log 12547 (a harness
+/// bug: a client's first send to a partitioned OSD left no connection for
+/// the heal to break, so the client never resent). Their paths drift as the code
 /// changes, so they guard loosely; the many-seed runs guard the rest.
 #[test]
 fn seeds_that_once_failed_pass() {
@@ -79,6 +81,7 @@ fn seeds_that_once_failed_pass() {
         SimConfig::new(1523),
         SimConfig::new(1907),
         short_log(11_676),
+        short_log(12_547),
         three_hosts(30_242),
         three_hosts(30_776),
     ];
