@@ -205,20 +205,24 @@ impl TestCluster {
         Cluster::connect(opts).await.expect("connect")
     }
 
-    pub fn dump_logs(&self) {
-        for entry in std::fs::read_dir(self.dir.path())
+    /// The daemons' log files.
+    fn log_files(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.dir.path())
             .into_iter()
             .flatten()
             .flatten()
-        {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(30).collect();
-                eprintln!("==== {} (last lines) ====", path.display());
-                for line in tail.iter().rev() {
-                    eprintln!("{line}");
-                }
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .collect()
+    }
+
+    pub fn dump_logs(&self) {
+        for path in self.log_files() {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            eprintln!("==== {} (last lines) ====", path.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
             }
         }
     }
@@ -230,21 +234,12 @@ impl Drop for TestCluster {
             self.dump_logs();
             // `CAIRN_TEST_KEEP_LOGS=DIR` keeps a failed test's logs whole.
             if let Some(keep) = std::env::var_os("CAIRN_TEST_KEEP_LOGS") {
-                let to = Path::new(&keep).join(
-                    self.dir
-                        .path()
-                        .file_name()
-                        .unwrap_or_else(|| std::ffi::OsStr::new("cluster")),
-                );
+                let name = self.dir.path().file_name().unwrap_or_default();
+                let to = Path::new(&keep).join(name);
                 let _ = std::fs::create_dir_all(&to);
-                for entry in std::fs::read_dir(self.dir.path())
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                {
-                    let path = entry.path();
-                    if path.extension().is_some_and(|e| e == "log") {
-                        let _ = std::fs::copy(&path, to.join(entry.file_name()));
+                for path in self.log_files() {
+                    if let Some(file) = path.file_name() {
+                        let _ = std::fs::copy(&path, to.join(file));
                     }
                 }
                 eprintln!("logs kept in {}", to.display());
