@@ -32,6 +32,18 @@ pub enum Kind {
     },
 }
 
+impl Kind {
+    /// What the operation is, in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Write(_) => "write",
+            Kind::Resend { .. } => "resent write",
+            Kind::Remove => "remove",
+            Kind::Read => "read",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Pending {
     obj: usize,
@@ -119,15 +131,10 @@ impl SimClient {
         self.pending
             .values()
             .map(|p| {
-                let kind = match &p.kind {
-                    Kind::Write(_) => "write",
-                    Kind::Remove => "remove",
-                    Kind::Read => "read",
-                    Kind::Resend { .. } => "resend",
-                };
                 format!(
-                    "client {} {kind} of {} (started {:?}): sent {:?} pg {:?}, retry at {:?}, waits for epoch {:?}",
+                    "client {} {} of {} (started {:?}): sent {:?} pg {:?}, retry at {:?}, waits for epoch {:?}",
                     self.id,
+                    p.kind.name(),
                     self.objects[p.obj].name,
                     p.started,
                     p.sent,
@@ -364,15 +371,9 @@ impl SimClient {
                 self.check_read(p.obj, got, took);
             }
             (Kind::Read, Err(OpError::NotFound)) => self.check_read(p.obj, None, took),
-            (kind, Err(e)) => self.violations.push(format!(
-                "{name}: {kind:?} failed: {e}",
-                kind = match kind {
-                    Kind::Write(_) => "write",
-                    Kind::Resend { .. } => "resent write",
-                    Kind::Remove => "remove",
-                    Kind::Read => "read",
-                }
-            )),
+            (kind, Err(e)) => self
+                .violations
+                .push(format!("{name}: {:?} failed: {e}", kind.name())),
         }
     }
 

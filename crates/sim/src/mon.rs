@@ -145,7 +145,10 @@ impl SimMon {
         }
         timed.append(&mut self.pending);
         self.pending = timed;
-        if self.pending.is_empty() && (self.to_trim.is_empty() || self.hold_trims) {
+        if self.hold_trims {
+            self.to_trim.clear();
+        }
+        if self.pending.is_empty() && self.to_trim.is_empty() {
             return None;
         }
         let mut next = (*self.map).clone();
@@ -157,12 +160,7 @@ impl SimMon {
             }
             changed |= applied;
         }
-        let to_trim = if self.hold_trims {
-            Vec::new()
-        } else {
-            std::mem::take(&mut self.to_trim)
-        };
-        for pg in to_trim {
+        for pg in std::mem::take(&mut self.to_trim) {
             if let Some(stat) = self.stats.get(&pg).filter(|s| s.recovered) {
                 changed |= next.trim_history(pg, stat.interval_epoch, &stat.acting);
             }
