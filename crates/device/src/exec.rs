@@ -13,6 +13,7 @@
 //! at once, and only yielding to the runtime refills it, which a blocked
 //! caller never does. So the future is polled outside the budget.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -31,11 +32,41 @@ impl Wake for ThreadWaker {
     }
 }
 
+thread_local! {
+    /// `block_on` calls under way on this thread.
+    static BLOCKING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// True inside [`block_on`] on this thread: an async runtime the thread
+/// may belong to runs nothing else until it returns, so work must not be
+/// left to the runtime's other tasks (see `file::uring::enter_soon`).
+pub(crate) fn blocking() -> bool {
+    BLOCKING.with(|b| b.get() > 0)
+}
+
+/// Counts one `block_on` on this thread while it lives.
+struct Blocking;
+
+impl Blocking {
+    fn enter() -> Self {
+        BLOCKING.with(|b| b.set(b.get() + 1));
+        Blocking
+    }
+}
+
+impl Drop for Blocking {
+    fn drop(&mut self) {
+        BLOCKING.with(|b| b.set(b.get() - 1));
+    }
+}
+
 /// Run `f` to completion on the current thread, parking between polls.
 ///
 /// Works on a plain thread with no runtime. Called from inside an async
 /// task it works too, but blocks that executor thread until `f` is done.
 pub fn block_on<F: Future>(f: F) -> F::Output {
+    let _blocking = Blocking::enter();
+    crate::file::enter_deferred();
     // Inside a task whose budget is spent, a budgeted poll would spin here
     // forever (see the module docs).
     let mut f = pin!(tokio::task::unconstrained(f));

@@ -352,3 +352,72 @@ fn loop_ring_writes_complete_on_the_loop_and_read_back() {
         assert!(drained.iter().all(|(_, r)| r.is_ok()));
     });
 }
+
+/// Reads made by the tasks of one turn of an event loop reach the kernel
+/// in one `io_uring_enter`, and each still returns its own block; off an
+/// async runtime, or blocked in `block_on` on one, a read enters at once.
+#[test]
+fn reads_of_one_loop_turn_share_a_submit() {
+    const READS: u64 = 32;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("dev");
+    FileDevice::create_file(&path, READS * B).expect("create");
+    let opts = FileDeviceOptions {
+        engine: IoEngine::Uring,
+        queue_depth: READS as u32,
+        ..Default::default()
+    };
+    let dev = std::sync::Arc::new(open_direct_or_buffered(&path, opts).expect("open"));
+    for i in 0..READS {
+        let data = AlignedBuf::from_slice(&pattern(i, 1));
+        block_on(dev.write(i * B, data)).expect("write");
+    }
+    let before = dev.submit_calls();
+    let back = block_on(dev.read(3 * B, B)).expect("read off a runtime");
+    assert!(back[..] == pattern(3, 1)[..]);
+    assert_eq!(
+        dev.submit_calls(),
+        before + 1,
+        "a read off a runtime enters at once"
+    );
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let before = dev.submit_calls();
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..READS {
+            let dev = dev.clone();
+            set.spawn(async move { (i, dev.read(i * B, B).await) });
+        }
+        let mut seen = 0;
+        while let Some(joined) = set.join_next().await {
+            let (i, read) = joined.expect("read task");
+            let back = read.expect("read");
+            assert!(back[..] == pattern(i, 1)[..], "block {i}");
+            seen += 1;
+        }
+        assert_eq!(seen, READS);
+        let calls = dev.submit_calls() - before;
+        assert!(
+            calls < READS / 4,
+            "{READS} reads of one turn took {calls} submits"
+        );
+        // Made (and so submitted) on the loop with a read of another task
+        // in flight, then awaited in `block_on`: entered as the thread
+        // blocks, not left to a task that cannot run.
+        let other = {
+            let dev = dev.clone();
+            tokio::spawn(async move { dev.read(0, READS * B).await })
+        };
+        tokio::task::yield_now().await;
+        let before = dev.submit_calls();
+        let read = dev.read(5 * B, B);
+        let back = block_on(read).expect("read in block_on");
+        assert!(back[..] == pattern(5, 1)[..]);
+        assert_eq!(dev.submit_calls(), before + 1);
+        other.await.expect("task").expect("other read");
+    });
+}

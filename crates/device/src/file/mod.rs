@@ -41,6 +41,7 @@ mod loop_ring;
 mod sys;
 mod threads;
 mod uring;
+pub(crate) use uring::enter_deferred;
 
 pub use loop_ring::{Completion, LoopRing, LOOP_RING_DEPTH};
 
@@ -311,6 +312,16 @@ impl FileDevice {
     /// The options this device was opened with.
     pub fn options(&self) -> &FileDeviceOptions {
         &self.opts
+    }
+
+    /// System calls that submitted requests to the io_uring engine so far
+    /// (`io_uring_enter`; 0 for the threads engine). Requests made by the
+    /// tasks of one async runtime turn share one (see the engine's docs).
+    pub fn submit_calls(&self) -> u64 {
+        match &self.engine {
+            Engine::Uring(e) => e.submit_calls(),
+            Engine::Threads(_) => 0,
+        }
     }
 }
 
