@@ -154,6 +154,11 @@ impl UringEngine {
             enter_soon(&self.shared);
         }
     }
+
+    /// `io_uring_enter` calls made to submit requests so far.
+    pub(crate) fn submit_calls(&self) -> u64 {
+        self.shared.enters.load(Ordering::Relaxed)
+    }
 }
 
 /// Enter the ring for what was just queued: at once off an async runtime
@@ -166,7 +171,10 @@ impl UringEngine {
 /// randread QD32 an OSD made about one `io_uring_enter` per read.
 ///
 /// At most one such task is pending per ring (`enter_pending`); it enters
-/// when it runs or, if its runtime drops it unrun, as it is dropped.
+/// when it runs or, if its runtime drops it unrun, as it is dropped. A
+/// request that finds it pending leaves its enter to it; should the task's
+/// thread be held up otherwise than in `block_on`, the reaper submits the
+/// request on its next pass (a completion, or `REAP_TIMEOUT_NS`).
 fn enter_soon(shared: &Arc<Shared>) {
     let runtime = match tokio::runtime::Handle::try_current() {
         // A caller blocked in `block_on` on a loop thread (a store building
@@ -183,10 +191,7 @@ fn enter_soon(shared: &Arc<Shared>) {
     DEFERRED.with(|d| {
         let mut d = d.borrow_mut();
         d.retain(|w| w.strong_count() > 0);
-        if !d
-            .iter()
-            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(shared)))
-        {
+        if !d.iter().any(|w| is_ring(w, shared)) {
             d.push(Arc::downgrade(shared));
         }
     });
@@ -210,6 +215,11 @@ pub(crate) fn enter_deferred() {
     }
 }
 
+/// Whether `w` refers to `shared`'s ring.
+fn is_ring(w: &Weak<Shared>, shared: &Arc<Shared>) -> bool {
+    std::ptr::eq(w.as_ptr(), Arc::as_ptr(shared))
+}
+
 /// The pending enter of [`enter_soon`], done as it drops.
 struct PendingEnter(Arc<Shared>);
 
@@ -220,18 +230,8 @@ impl Drop for PendingEnter {
         self.0.enter_pending.store(false, Ordering::Release);
         // Done here, so no later `block_on` on this thread enters for it
         // (`try_with`: the thread may be ending).
-        let _ = DEFERRED.try_with(|d| {
-            d.borrow_mut()
-                .retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.0)))
-        });
+        let _ = DEFERRED.try_with(|d| d.borrow_mut().retain(|w| !is_ring(w, &self.0)));
         enter(&self.0);
-    }
-}
-
-impl UringEngine {
-    /// `io_uring_enter` calls made to submit requests so far.
-    pub(crate) fn submit_calls(&self) -> u64 {
-        self.shared.enters.load(Ordering::Relaxed)
     }
 }
 
