@@ -214,6 +214,73 @@ async fn a_client_whose_watch_is_evicted_does_no_more_io() {
     assert_eq!(&back[..], &first[..]);
 }
 
+/// The raw value of omap key `key` on `header`.
+async fn omap_value(
+    client: &cairn_client::Cluster,
+    pool: cairn_types::PoolId,
+    header: &str,
+    key: &str,
+) -> Option<Bytes> {
+    let get = vec![ObjOp::OmapGet {
+        keys: vec![key.to_string()],
+    }];
+    let out = within("omap get", client.op(pool, header, get))
+        .await
+        .expect("omap get");
+    out.into_iter().find_map(|o| match o {
+        OpOutput::Omap(entries) => entries.into_iter().find(|(k, _)| k == key).map(|(_, v)| v),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_gone_back_to_an_older_renewal_is_kept_not_lost() {
+    let cluster = cluster();
+    cluster.ok(&["image", "create", "rbd/back", "--size", "8M"]);
+    let client = cluster.client().await;
+    let image = within("open", Image::open(&client, "rbd", "back"))
+        .await
+        .expect("open");
+    let header = header_of(&cluster, "rbd/back");
+    let st = status(&cluster, "rbd/back");
+    let key = st["watchers"][0]["key"].as_str().expect("key").to_string();
+    let pool = client.pool_id("rbd").expect("pool");
+    let older = omap_value(&client, pool, &header, &key)
+        .await
+        .expect("watch entry");
+
+    // Wait for a renewal, then put the older entry back: what the header
+    // holds after its PG went back to an older copy (`osd lost`).
+    let deadline = Instant::now() + LAPSE_WAIT;
+    while omap_value(&client, pool, &header, &key).await.as_ref() == Some(&older) {
+        assert!(Instant::now() < deadline, "the watch was never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let set = vec![ObjOp::OmapSet {
+        entries: vec![(key.clone(), older.clone())],
+    }];
+    within("roll back", client.op(pool, &header, set))
+        .await
+        .expect("roll back");
+
+    // The handle renews the entry it finds and goes on serving I/O through
+    // several renewals (one every 2/3 s).
+    let data = pattern(2, 4096);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        within("write", image.write(0, Bytes::from(data.clone())))
+            .await
+            .expect("a rolled-back watch is still this handle's");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = omap_value(&client, pool, &header, &key)
+        .await
+        .expect("watch entry kept");
+    assert_ne!(now, older, "the rolled-back entry was renewed");
+    let back = within("read", image.read(0, 4096)).await.expect("read");
+    assert_eq!(&back[..], &data[..]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grow_reaches_open_handles_and_exposes_zeros() {
     let cluster = cluster();

@@ -13,8 +13,11 @@
 //! that, I/O waits for the next renewal rather than write to an image that
 //! an admin may be removing. Every renewal is guarded by the value it
 //! replaces: once an admin evicted the watch (`--force` on an expired one)
-//! or removed the image, the renewal fails, the handle is lost for good and
-//! every later I/O fails with an error saying so.
+//! or removed the image, the key is gone, the renewal fails, the handle is
+//! lost for good and every later I/O fails with an error saying so. A key
+//! still there with another value (a renewal applied after its answer was
+//! given up on, or a header PG gone back to an older copy) is still this
+//! handle's watch, and is renewed.
 //!
 //! Removing or shrinking first sets `admin_op` on the header, then lists
 //! the watches: a watch registers only while `admin_op` is absent, so the
@@ -40,6 +43,9 @@ pub const WATCH_PREFIX: &str = "watch.";
 pub const ADMIN_OP_KEY: &str = "admin_op";
 /// Most watches listed per omap page.
 const LIST_PAGE: u32 = 256;
+/// Most renewals guarded by a value found in place of the last one
+/// written, in one [`Lease::renew`], before the watch counts as lost.
+const RENEW_ATTEMPTS: usize = 3;
 
 /// What a watch entry holds (JSON in the omap value).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,37 +277,65 @@ impl Lease {
 
     /// Renew once. `Ok(false)`: the watch is gone (evicted, or the image
     /// removed) and the lease is lost for good.
+    ///
+    /// The key is this handle's alone, and only an eviction or the image's
+    /// removal takes it away; so a key found holding another value than
+    /// the last renewal's is still this watch. That happens when an earlier
+    /// renewal was applied but its answer never came (an op timeout), or
+    /// when the header's PG went back to an older copy (an admin declared
+    /// the OSDs holding the newer one lost). The renewal is then guarded
+    /// by the value found, a bounded number of times.
     pub async fn renew(
         &self,
         cluster: &Cluster,
         pool: PoolId,
         header: &str,
     ) -> Result<bool, ClientError> {
-        let old = self.value.lock().clone();
-        let (sent, entry) = self.entry(cluster);
-        let ops = vec![
-            ObjOp::OmapCmp {
-                key: self.key.clone(),
-                value: Some(old),
-            },
-            ObjOp::OmapSet {
-                entries: vec![(self.key.clone(), entry.clone())],
-            },
-        ];
-        match cluster.op(pool, header, ops).await {
-            Ok(_) => {
-                self.renewed(sent, entry);
-                Ok(true)
+        let mut guard = self.value.lock().clone();
+        for _ in 0..RENEW_ATTEMPTS {
+            let (sent, entry) = self.entry(cluster);
+            let ops = vec![
+                ObjOp::OmapCmp {
+                    key: self.key.clone(),
+                    value: Some(guard.clone()),
+                },
+                ObjOp::OmapSet {
+                    entries: vec![(self.key.clone(), entry.clone())],
+                },
+            ];
+            match cluster.op(pool, header, ops).await {
+                Ok(_) => {
+                    self.renewed(sent, entry);
+                    return Ok(true);
+                }
+                Err(ClientError::Op(OpError::Mismatch(_))) => {}
+                Err(e) => return Err(e),
             }
-            Err(ClientError::Op(OpError::Mismatch(_))) => {
-                self.lose(format!(
-                    "the watch on {header} is gone: the image was removed, or this client's \
-                     lease ran out and an admin evicted it"
-                ));
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            let get = vec![ObjOp::OmapGet {
+                keys: vec![self.key.clone()],
+            }];
+            let found = match cluster.op(pool, header, get).await {
+                Ok(outputs) => omap_output(outputs)
+                    .into_iter()
+                    .find(|(k, _)| *k == self.key),
+                Err(ClientError::Op(OpError::NotFound)) => None,
+                Err(e) => return Err(e),
+            };
+            let Some((_, value)) = found else {
+                break;
+            };
+            tracing::warn!(
+                "{header}: watch {} holds another value than its last renewal (a renewal \
+                 answered late, or the header's PG went back to an older copy); renewing it",
+                self.key
+            );
+            guard = value;
         }
+        self.lose(format!(
+            "the watch on {header} is gone: the image was removed, or this client's \
+             lease ran out and an admin evicted it"
+        ));
+        Ok(false)
     }
 
     pub fn lose(&self, why: String) {
