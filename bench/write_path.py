@@ -28,8 +28,11 @@ With --nbd-floor, also the NBD hop alone: fio's nbd engine at QD1 and QD32
 it), the least any NBD gateway process adds to a client library's latency
 on this machine (issue 19's NBD target is +15%).
 
+--rw randread measures 4K random reads on every leg instead (the image and
+the store's file are written first), for changes on the read path.
+
 Usage: python3 bench/write_path.py [--cairn target/release/cairn]
-       [--dir /tmp/cairn-write-path] [--rounds 3] [--runtime 15]
+       [--dir /tmp/cairn-write-path] [--rounds 3] [--runtime 15] [--rw randread]
        [--nbd-floor] [--against OLD_BINARY] [--json]
 Needs a release build; --nbd-floor needs fio and nbdkit.
 """
@@ -48,7 +51,7 @@ def run(cmd, check=True):
 
 def store_leg(a):
     d = os.path.join(a.dir, "store")
-    points = ",".join(f"4k-randwrite-{qd}" for qd in QDS)
+    points = ",".join(f"4k-{a.rw}-{qd}" for qd in QDS)
     out = run([a.cairn, "--json", "bench", "store", "--dir", d, "--force", "--size", "1G",
                "--runtime", str(a.runtime), "--ramp", "2", "--points", points, "--no-fio"])
     shutil.rmtree(d, ignore_errors=True)
@@ -84,10 +87,10 @@ def cluster_leg(a, store, cairn=None):
             "--iodepth", "8", "--runtime", "1", "--ramp", "0", "--precondition"])
         for qd in QDS:
             out = run([cairn, *conf, "--json", "bench", "--image", "rbd/b", "--rw",
-                       "randwrite", "--bs", "4k", "--iodepth", str(qd), "--runtime",
+                       a.rw, "--bs", "4k", "--iodepth", str(qd), "--runtime",
                        str(a.runtime), "--ramp", "2"])
             v = json.loads(out)
-            w, cpu = v["write"], v.get("cpu", {})
+            w, cpu = v["read" if a.rw == "randread" else "write"], v.get("cpu", {})
             res[qd] = {
                 "iops": w["iops"],
                 "mean_us": w["lat"]["mean_us"],
@@ -148,6 +151,8 @@ def main():
     ap.add_argument("--nbd-floor", action="store_true")
     ap.add_argument("--against", metavar="OLD_BINARY",
                     help="before/after: the BlueStore cluster with OLD_BINARY and --cairn")
+    ap.add_argument("--rw", choices=("randwrite", "randread"), default="randwrite",
+                    help="the 4K op measured on every leg (the image is written first)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.nbd_floor and not (shutil.which("fio") and shutil.which("nbdkit")):
@@ -244,9 +249,9 @@ def against(a):
             cpu, csw = x["cpu_us_per_op"], x["csw_per_op"]
             print(f"QD{qd} {leg}: mean {fmt(x['mean_us'], ' µs')} = {x['mean_us'] / st:.2f}x the"
                   f" store ({fmt(st, ' µs')}), {fmt(x['iops'])} IOPS, OSD CPU"
-                  f" {fmt(cpu, ' µs')}/write"
+                  f" {fmt(cpu, ' µs')}/op"
                   + (f" ({1e6 / cpu:,.0f} per OSD CPU-s)" if cpu else "")
-                  + (f", {csw:.2f} switches/write" if csw is not None else ""))
+                  + (f", {csw:.2f} switches/op" if csw is not None else ""))
 
 
 if __name__ == "__main__":

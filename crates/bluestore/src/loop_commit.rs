@@ -13,6 +13,10 @@
 //! acknowledgement's path, if the store takes it without waiting; a batch
 //! that would wait (a RocksDB write stall) goes to a record thread.
 //!
+//! Attaching also gives the loop a `LoopReader` where the device has one:
+//! the loop's own device reads are then entered and reaped on the loop too
+//! (see `read::Sources`), not handed to the engine's reaper thread.
+//!
 //! Records still go in order through the same `Flight` (see `record`), so
 //! groups the commit thread lays out and groups the loop does mix freely:
 //! whatever cannot be done without blocking (new data to wait for and
@@ -85,6 +89,15 @@ pub(crate) fn attach(inner: &Arc<Inner>) -> Result<bool, String> {
         return Ok(true);
     }
     tokio::spawn(run(inner.clone(), lc));
+    // The loop's reads too, where the device offers it (a single-threaded
+    // loop); without it they go through the device's engine.
+    match inner.device.loop_reader() {
+        Some(Ok(reader)) => {
+            let _ = inner.loop_reader.set(reader);
+        }
+        Some(Err(e)) => tracing::debug!("reads stay on the device's engine: {e}"),
+        None => {}
+    }
     Ok(true)
 }
 

@@ -40,6 +40,9 @@ pub struct Perf {
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub device_reads: AtomicU64,
+    /// Of `device_reads`, those the store's event loop submitted and reaped
+    /// itself (`cairn_device::LoopReader`).
+    pub loop_device_reads: AtomicU64,
     pub device_read_bytes: AtomicU64,
     pub device_flushes: AtomicU64,
     pub checksum_errors: AtomicU64,
@@ -78,6 +81,7 @@ pub struct PerfSnapshot {
     pub reads: u64,
     pub read_bytes: u64,
     pub device_reads: u64,
+    pub loop_device_reads: u64,
     pub device_read_bytes: u64,
     pub device_flushes: u64,
     pub checksum_errors: u64,
@@ -143,6 +147,7 @@ impl Perf {
             reads: get(&self.reads),
             read_bytes: get(&self.read_bytes),
             device_reads: get(&self.device_reads),
+            loop_device_reads: get(&self.loop_device_reads),
             device_read_bytes: get(&self.device_read_bytes),
             device_flushes: get(&self.device_flushes),
             checksum_errors: get(&self.checksum_errors),

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cairn_device::BlockDevice;
+use cairn_device::{AlignedBuf, BlockDevice, BoxFuture, DeviceError, LoopReader};
 use cairn_store::{ObjectId, StoreError};
 
 use crate::cache::BufferCache;
@@ -165,9 +165,21 @@ pub(crate) struct Sources<'a> {
     /// Blocks written earlier in the transaction being built.
     pub staged: Option<&'a HashMap<u64, Bytes>>,
     pub perf: &'a Perf,
+    /// The store's event loop reads through this ring when it is the
+    /// caller (see `cairn_device::LoopReader`); everyone else, and the
+    /// loop when the ring declines, through the device's engine.
+    pub loop_reader: Option<&'a LoopReader>,
 }
 
 impl Sources<'_> {
+    fn device_read(&self, offset: u64, len: u64) -> BoxFuture<Result<AlignedBuf, DeviceError>> {
+        if let Some(read) = self.loop_reader.and_then(|r| r.read(offset, len)) {
+            self.perf.loop_device_reads.fetch_add(1, Ordering::Relaxed);
+            return read;
+        }
+        self.device.read(offset, len)
+    }
+
     fn cached(&self, phys: u64) -> Option<Bytes> {
         if let Some(b) = self.staged.and_then(|s| s.get(&phys)) {
             return Some(b.clone());
@@ -186,8 +198,7 @@ impl Sources<'_> {
             return Ok(got);
         }
         let buf = self
-            .device
-            .read(b.phys, BLOCK)
+            .device_read(b.phys, BLOCK)
             .await
             .map_err(crate::state::device_error)?;
         self.perf.device_reads.fetch_add(1, Ordering::Relaxed);
@@ -224,7 +235,7 @@ impl Sources<'_> {
         }
         let reads: Vec<_> = runs
             .iter()
-            .map(|&(start, n)| self.device.read(wanted[start], n as u64 * BLOCK))
+            .map(|&(start, n)| self.device_read(wanted[start], n as u64 * BLOCK))
             .collect();
         for (&(start, n), read) in runs.iter().zip(reads) {
             let buf = read.await.map_err(crate::state::device_error)?;

@@ -96,6 +96,8 @@ pub(crate) struct Inner {
     pub records: record::Shared,
     /// Set once the store is attached to an event loop (`loop_commit`).
     pub loop_commits: OnceLock<Arc<crate::loop_commit::LoopCommits>>,
+    /// Set once with `loop_commits`: the loop's own reads (see `read`).
+    pub loop_reader: OnceLock<cairn_device::LoopReader>,
     pub reads: ReadTracker,
     /// Set once when a durable write fails: nothing more is accepted.
     pub failed: OnceLock<String>,

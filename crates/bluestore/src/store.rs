@@ -82,6 +82,7 @@ impl BlueStore {
             commit: Mutex::new(CommitState::new(journal)),
             records: record::Shared::new(m.journal.seq - 1),
             loop_commits: OnceLock::new(),
+            loop_reader: OnceLock::new(),
             reads: ReadTracker::default(),
             failed: OnceLock::new(),
             committed: AtomicU64::new(m.next_seq - 1),
@@ -333,6 +334,7 @@ impl ObjectStore for BlueStore {
                 cache: &inner.cache,
                 staged: None,
                 perf: &inner.perf,
+                loop_reader: inner.loop_reader.get(),
             };
             let mut replans = 0;
             let out = loop {

@@ -119,6 +119,8 @@ impl Builder<'_> {
                 cache: &self.inner.cache,
                 staged: Some(&self.staged),
                 perf: &self.inner.perf,
+                // Declined here: this thread is held in `block_on`.
+                loop_reader: None,
             };
             block_on(read::fetch(oid, &plan, &src, &mut out))
                 .inspect_err(|e| read::note_checksum_error(&self.inner.perf, e))?;

@@ -160,8 +160,21 @@ fn loop_commits_match_the_model(stalling_kv: bool) {
         }
         run(&store, &model, seed ^ 2, true).await;
         let want = dump(&model, &[]).await.expect("dump the model");
+        let before = store.perf();
         let got = dump(&*store, &[]).await.expect("dump the store");
         assert_eq!(first_difference(&want, &got), None, "before the remount");
+        // Read on the loop: what came from the device came through the
+        // loop's own ring.
+        let after = store.perf();
+        let (device, on_loop) = (
+            after.device_reads - before.device_reads,
+            after.loop_device_reads - before.loop_device_reads,
+        );
+        eprintln!("the loop read {on_loop} of {device} device reads itself");
+        assert!(
+            device > 0 && on_loop == device,
+            "the loop read {on_loop} of {device} device reads itself"
+        );
     });
     // Dropped on this thread, outside the runtime, with the loop's task
     // still alive inside it: detaching reaps what is in flight.

@@ -52,7 +52,10 @@ pub use buf::AlignedBuf;
 pub use error::DeviceError;
 pub use exec::block_on;
 pub use fault::{CrashPolicy, FaultDevice, FaultOn};
-pub use file::{Completion, FileDevice, FileDeviceOptions, IoEngine, LoopRing, LOOP_RING_DEPTH};
+pub use file::{
+    Completion, FileDevice, FileDeviceOptions, IoEngine, LoopReader, LoopRing, LOOP_READ_DEPTH,
+    LOOP_RING_DEPTH,
+};
 pub use hdd::{EmulatedHdd, HddModel};
 pub use mem::MemDevice;
 
@@ -100,6 +103,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// path (memory and fault-injection devices); callers then use
     /// [`write_durable`](Self::write_durable) on a thread of their own.
     fn loop_ring(&self) -> Option<Result<LoopRing, DeviceError>> {
+        None
+    }
+
+    /// A [`LoopReader`] on this device for the calling event loop (a task
+    /// of a single-threaded tokio runtime): reads submitted and completed
+    /// on that loop, with no thread in between. `None` where the device
+    /// has no such path; callers then read with [`read`](Self::read).
+    fn loop_reader(&self) -> Option<Result<LoopReader, DeviceError>> {
         None
     }
 

@@ -37,12 +37,14 @@
 //! 52.5k; randread QD1 14.4k, QD32 88.5k. The QD1 gap to fio is the two
 //! thread hand-offs per request (caller → reaper → caller's executor).
 
+mod loop_reads;
 mod loop_ring;
 mod sys;
 mod threads;
 mod uring;
 pub(crate) use uring::enter_deferred;
 
+pub use loop_reads::{LoopReader, LOOP_READ_DEPTH};
 pub use loop_ring::{Completion, LoopRing, LOOP_RING_DEPTH};
 
 use std::fs::{File, OpenOptions};
@@ -358,6 +360,21 @@ impl BlockDevice for FileDevice {
         Some(
             LoopRing::new(self.file.clone(), self.size).map_err(|source| DeviceError::Open {
                 what: "a loop ring on",
+                path: self.path.clone(),
+                source,
+            }),
+        )
+    }
+
+    /// A ring of its own on the same file, whose reads the calling event
+    /// loop submits and reaps (the io_uring engine only).
+    fn loop_reader(&self) -> Option<Result<LoopReader, DeviceError>> {
+        if !matches!(self.engine, Engine::Uring(_)) {
+            return None;
+        }
+        Some(
+            LoopReader::new(self.file.clone(), self.size).map_err(|source| DeviceError::Open {
+                what: "a loop reader on",
                 path: self.path.clone(),
                 source,
             }),

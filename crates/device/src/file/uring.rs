@@ -54,11 +54,11 @@ const REAP_TIMEOUT_NS: u32 = 100_000_000;
 const WAKE: u64 = u64::MAX;
 
 /// One admitted request and its progress.
-struct Op {
-    req: Request,
+pub(super) struct Op {
+    pub req: Request,
     /// Bytes already transferred (reads and writes).
-    progress: usize,
-    retries: u32,
+    pub progress: usize,
+    pub retries: u32,
 }
 
 struct State {
@@ -310,7 +310,7 @@ fn admit(
 }
 
 /// The submission entry for the next step of `op`.
-fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry {
+pub(super) fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry {
     let fd = types::Fd(fd);
     let progress = op.progress;
     let entry = match &mut op.req {
@@ -342,12 +342,12 @@ fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry {
 }
 
 /// What to do with an operation after one completion.
-enum Next {
+pub(super) enum Next {
     Again,
     Finish(Result<(), DeviceError>),
 }
 
-fn classify(op: &mut Op, res: i32) -> Next {
+pub(super) fn classify(op: &mut Op, res: i32) -> Next {
     let (name, offset, len) = op.req.describe();
     if res < 0 {
         let errno = -res;
