@@ -223,16 +223,17 @@ async fn run(shared: Arc<Shared>) {
                 Ok(mut ready) => {
                     let mut count = [0u8; 8];
                     // SAFETY: reading 8 bytes into an 8-byte buffer.
-                    let n = unsafe {
+                    unsafe {
                         libc::read(
                             shared.eventfd.get_ref().as_raw_fd(),
                             count.as_mut_ptr().cast(),
                             8,
                         )
                     };
-                    if n < 0 {
-                        ready.clear_ready();
-                    }
+                    // The counter is now zero (or was): whatever completes from
+                    // here on signals it again, a new edge the reactor sees, so
+                    // readiness is cleared now rather than by a second read.
+                    ready.clear_ready();
                 }
                 // The reactor is gone (the runtime is shutting down): the
                 // last owner drains what is in flight.

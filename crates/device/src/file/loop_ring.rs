@@ -145,16 +145,17 @@ impl LoopRing {
             };
             let mut count = [0u8; 8];
             // SAFETY: reading 8 bytes into an 8-byte buffer.
-            let n = unsafe {
+            unsafe {
                 libc::read(
                     self.eventfd.get_ref().as_raw_fd(),
                     count.as_mut_ptr().cast(),
                     8,
                 )
             };
-            if n < 0 {
-                ready.clear_ready();
-            }
+            // The counter is now zero (or was): whatever completes from
+            // here on signals it again, a new edge the reactor sees, so
+            // readiness is cleared now rather than by a second read.
+            ready.clear_ready();
         }
     }
 
