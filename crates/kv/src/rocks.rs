@@ -101,12 +101,18 @@ impl RocksKv {
         }
         let capacity = usize::try_from(options.block_cache_bytes).unwrap_or(usize::MAX);
         let cache = Cache::new_lru_cache(capacity).map_err(|e| open_err(e.to_string()))?;
-        let (mut db_options, _families) =
+        // The database's options come back in two parts: the database-wide
+        // ones, and each column family's (memtable size, compression, table
+        // options). Both must be passed to the open: opened with the first
+        // alone, the default family ran on RocksDB's defaults (64 MiB
+        // memtables, snappy), whatever the options string said.
+        let (mut db_options, families) =
             Options::load_latest(path, env.clone(), false, cache.clone())
                 .map_err(|e| open_err(format!("cannot load its options: {e}")))?;
         db_options.set_env(&env);
         db_options.create_if_missing(false);
-        let db = DB::open(&db_options, path).map_err(|e| open_err(e.to_string()))?;
+        let db = DB::open_cf_descriptors(&db_options, path, families)
+            .map_err(|e| open_err(e.to_string()))?;
         tracing::debug!(path = %path.display(), options = %parsed.rocksdb, "opened RocksDB");
         Ok(Self {
             db,

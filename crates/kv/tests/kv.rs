@@ -170,13 +170,7 @@ fn rocksdb_accepts_the_ceph_options_line_and_applies_it() {
     // RocksDB's own OPTIONS file records the values. (Not
     // recycle_log_file_num: RocksDB turns log recycling off under its
     // default point-in-time WAL recovery, which Cairn keeps.)
-    let options = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap())
-        .last()
-        .expect("an OPTIONS file");
+    let options = options_in_use(dir.path());
     for line in [
         "max_write_buffer_number=32",
         "min_write_buffer_number_to_merge=2",
@@ -188,6 +182,50 @@ fn rocksdb_accepts_the_ceph_options_line_and_applies_it() {
     ] {
         assert!(options.contains(line), "OPTIONS lacks {line}:\n{options}");
     }
+}
+
+/// The options the database was last opened with: RocksDB writes an
+/// `OPTIONS-<number>` file at every open, the newest with the highest
+/// number (`RocksKv::open` writes one of its own first, then opens).
+fn options_in_use(dir: &Path) -> String {
+    let newest = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n: u64 = name.strip_prefix("OPTIONS-")?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .max()
+        .expect("an OPTIONS file");
+    std::fs::read_to_string(newest.1).unwrap()
+}
+
+#[test]
+fn rocksdb_runs_with_its_column_family_options_not_the_defaults() {
+    // A memtable size no default has, and Cairn's own choice of no
+    // compression: both column-family options, lost once when the open
+    // took the database-wide options only.
+    let dir = tempfile::tempdir().unwrap();
+    let kv = rocks(dir.path(), "write_buffer_size=3145728");
+    basic_ops(&kv);
+    drop(kv);
+    let options = options_in_use(dir.path());
+    for line in ["write_buffer_size=3145728", "compression=kNoCompression"] {
+        assert!(
+            options.lines().any(|l| l.trim() == line),
+            "the open used other options: no {line} in\n{options}"
+        );
+    }
+    // And again after a reopen with the defaults (Cairn's memtable size).
+    let kv = RocksKv::open(dir.path(), &RocksKvOptions::default()).unwrap();
+    drop(kv);
+    let options = options_in_use(dir.path());
+    let want = format!("write_buffer_size={}", RocksKvOptions::default().memtable_bytes);
+    assert!(
+        options.lines().any(|l| l.trim() == want),
+        "reopened with other options: no {want} in\n{options}"
+    );
 }
 
 #[test]
