@@ -72,6 +72,17 @@ impl AlignedBuf {
             };
         }
         let layout = layout(len);
+        if let Some(ptr) = crate::buf_pool::take(layout) {
+            if zero {
+                // SAFETY: the pooled allocation holds `len` bytes.
+                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+            }
+            return Self {
+                ptr,
+                len,
+                shared: None,
+            };
+        }
         // SAFETY: layout has non-zero size.
         let raw = unsafe {
             if zero {
@@ -211,8 +222,9 @@ impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // Shared bytes go with their `Bytes`.
         if self.len != 0 && self.shared.is_none() {
-            // SAFETY: allocated in `allocate` with exactly this layout.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout(self.len)) }
+            // SAFETY: allocated in `allocate` with exactly this layout; the
+            // pool frees it or hands it to a later `allocate` of the same.
+            unsafe { crate::buf_pool::give(self.ptr, layout(self.len)) }
         }
     }
 }
@@ -349,6 +361,39 @@ mod tests {
             assert_eq!(&buf[..data.len()], &data[..]);
             assert!(buf[data.len()..].iter().all(|&x| x == 0));
         }
+    }
+
+    #[test]
+    fn freed_buffers_are_reused_clean_and_the_pool_stays_bounded() {
+        use crate::{pooled_bytes, MAX_POOLED, POOL_BYTES_PER_CLASS};
+        // A length no other test uses, so the pool's class is ours alone.
+        const LEN: usize = 256 << 10;
+        let first = AlignedBuf::from_slice(&[7u8; LEN]);
+        let at = first.as_ptr();
+        drop(first);
+        // A zeroed buffer of the same length: the same memory, cleared.
+        let again = AlignedBuf::zeroed(LEN);
+        assert_eq!(again.as_ptr(), at, "not reused");
+        assert!(
+            again.iter().all(|&x| x == 0),
+            "old bytes left in a zeroed buffer"
+        );
+        // Through `Bytes`, too: given back when its last clone goes.
+        drop(again.into_bytes());
+        let copy = AlignedBuf::concat(&[&[5u8; 10]]);
+        assert!(copy[..10].iter().all(|&x| x == 5));
+        assert!(copy[10..].iter().all(|&x| x == 0));
+        // Many freed at once: no more than the bound is kept.
+        let many: Vec<_> = (0..64).map(|_| AlignedBuf::zeroed(LEN)).collect();
+        drop(many);
+        let classes = (MAX_POOLED / ALIGN).ilog2() as usize + 1;
+        assert!(
+            pooled_bytes() <= POOL_BYTES_PER_CLASS * classes,
+            "{} bytes pooled",
+            pooled_bytes()
+        );
+        let again = AlignedBuf::zeroed(LEN);
+        assert!(again.iter().all(|&x| x == 0));
     }
 
     #[test]

@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 
 mod buf;
+mod buf_pool;
 mod done;
 mod error;
 mod exec;
@@ -49,6 +50,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use buf::AlignedBuf;
+pub use buf_pool::{pooled_bytes, MAX_POOLED, POOL_BYTES_PER_CLASS};
 pub use error::DeviceError;
 pub use exec::block_on;
 pub use fault::{CrashPolicy, FaultDevice, FaultOn};

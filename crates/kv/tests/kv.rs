@@ -221,7 +221,10 @@ fn rocksdb_runs_with_its_column_family_options_not_the_defaults() {
     let kv = RocksKv::open(dir.path(), &RocksKvOptions::default()).unwrap();
     drop(kv);
     let options = options_in_use(dir.path());
-    let want = format!("write_buffer_size={}", RocksKvOptions::default().memtable_bytes);
+    let want = format!(
+        "write_buffer_size={}",
+        RocksKvOptions::default().memtable_bytes
+    );
     assert!(
         options.lines().any(|l| l.trim() == want),
         "reopened with other options: no {want} in\n{options}"
