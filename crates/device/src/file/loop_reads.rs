@@ -35,7 +35,8 @@ use parking_lot::Mutex;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::uring::{build_entry, classify, Next, Op};
+use super::loop_ring::consume_eventfd;
+use super::uring::Slots;
 use super::Request;
 use crate::done;
 use crate::{check_range, AlignedBuf, BoxFuture, DeviceError};
@@ -47,10 +48,8 @@ pub const LOOP_READ_DEPTH: usize = 64;
 const MAX_DRAIN_ERRORS: u32 = 1000;
 
 struct State {
-    /// Reads in flight, indexed by `user_data`.
-    slots: Vec<Option<Op>>,
-    free: Vec<usize>,
-    inflight: usize,
+    /// Reads in flight.
+    ops: Slots,
     closing: bool,
 }
 
@@ -108,9 +107,7 @@ impl LoopReader {
         let shared = Arc::new(Shared {
             ring,
             state: Mutex::new(State {
-                slots: Vec::with_capacity(LOOP_READ_DEPTH),
-                free: Vec::new(),
-                inflight: 0,
+                ops: Slots::with_capacity(LOOP_READ_DEPTH),
                 closing: false,
             }),
             eventfd,
@@ -148,7 +145,7 @@ impl LoopReader {
             return Some(crate::ready(Err(e)));
         }
         let mut st = sh.state.lock();
-        if st.closing || st.inflight >= LOOP_READ_DEPTH {
+        if st.closing || st.ops.inflight >= LOOP_READ_DEPTH {
             return None;
         }
         let (tx, fut) = done::read();
@@ -156,28 +153,13 @@ impl LoopReader {
         // pointer and handed back only once every byte has been read into
         // it; a failed read drops it unread.
         let buf = unsafe { AlignedBuf::for_read(len as usize) };
-        let slot = match st.free.pop() {
-            Some(s) => s,
-            None => {
-                st.slots.push(None);
-                st.slots.len() - 1
-            }
-        };
-        let mut op = Op {
-            req: Request::Read { offset, buf, tx },
-            progress: 0,
-            retries: 0,
-        };
-        let entry = build_entry(sh.fd, &mut op, slot);
-        // SAFETY: the entry's buffer is owned by `op`, kept in its slot
-        // (heap memory not moved) until its completion is reaped. The
-        // submission queue is only touched under `state`'s lock.
-        if unsafe { sh.ring.submission_shared().push(&entry) }.is_err() {
-            st.free.push(slot);
+        let req = Request::Read { offset, buf, tx };
+        // SAFETY: the submission queue is only touched under `state`'s lock.
+        let mut sq = unsafe { sh.ring.submission_shared() };
+        if st.ops.admit(sh.fd, &mut sq, req).is_err() {
             return None;
         }
-        st.slots[slot] = Some(op);
-        st.inflight += 1;
+        drop(sq);
         drop(st);
         sh.reads.fetch_add(1, Ordering::Relaxed);
         if !sh.enter_pending.swap(true, Ordering::AcqRel) {
@@ -214,27 +196,13 @@ async fn run(shared: Arc<Shared>) {
         reap(&shared);
         {
             let st = shared.state.lock();
-            if st.closing && st.inflight == 0 {
+            if st.closing && st.ops.inflight == 0 {
                 return;
             }
         }
         tokio::select! {
             ready = shared.eventfd.readable() => match ready {
-                Ok(mut ready) => {
-                    let mut count = [0u8; 8];
-                    // SAFETY: reading 8 bytes into an 8-byte buffer.
-                    unsafe {
-                        libc::read(
-                            shared.eventfd.get_ref().as_raw_fd(),
-                            count.as_mut_ptr().cast(),
-                            8,
-                        )
-                    };
-                    // The counter is now zero (or was): whatever completes from
-                    // here on signals it again, a new edge the reactor sees, so
-                    // readiness is cleared now rather than by a second read.
-                    ready.clear_ready();
-                }
+                Ok(ready) => consume_eventfd(ready),
                 // The reactor is gone (the runtime is shutting down): the
                 // last owner drains what is in flight.
                 Err(_) => return,
@@ -272,34 +240,12 @@ fn reap(shared: &Shared) {
         let cqes: Vec<(u64, i32)> = unsafe { shared.ring.completion_shared() }
             .map(|c| (c.user_data(), c.result()))
             .collect();
+        // SAFETY: as above, under `state`'s lock.
+        let mut sq = unsafe { shared.ring.submission_shared() };
         for (ud, res) in cqes {
-            let slot = ud as usize;
-            let Some(op) = st.slots.get_mut(slot).and_then(Option::as_mut) else {
-                tracing::error!(slot, res, "loop reader: completion for an unknown slot");
-                continue;
-            };
-            let outcome = match classify(op, res) {
-                Next::Again => {
-                    let entry = build_entry(shared.fd, op, slot);
-                    // SAFETY: as in `read`; the op stays in its slot.
-                    match unsafe { shared.ring.submission_shared().push(&entry) } {
-                        Ok(()) => {
-                            resubmit = true;
-                            continue;
-                        }
-                        Err(_) => {
-                            let (name, offset, len) = op.req.describe();
-                            Err(DeviceError::errno(name, offset, len, libc::EBUSY))
-                        }
-                    }
-                }
-                Next::Finish(result) => result,
-            };
-            if let Some(op) = st.slots[slot].take() {
-                st.free.push(slot);
-                st.inflight -= 1;
-                finished.push((op.req, outcome));
-            }
+            resubmit |= st
+                .ops
+                .on_completion(shared.fd, &mut sq, ud as usize, res, &mut finished);
         }
     }
     if resubmit {
@@ -320,7 +266,7 @@ impl Drop for Shared {
         let mut errors = 0u32;
         loop {
             let st = self.state.get_mut();
-            if st.inflight == 0 {
+            if st.ops.inflight == 0 {
                 return;
             }
             // SAFETY: `&mut self`: no one else touches the queues.
@@ -328,8 +274,8 @@ impl Drop for Shared {
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
             for (ud, res) in cqes {
-                if let Some(op) = st.slots.get_mut(ud as usize).and_then(Option::take) {
-                    st.inflight -= 1;
+                if let Some(op) = st.ops.slots.get_mut(ud as usize).and_then(Option::take) {
+                    st.ops.inflight -= 1;
                     let result = match res {
                         r if r < 0 => {
                             let (name, offset, len) = op.req.describe();
@@ -344,7 +290,7 @@ impl Drop for Shared {
                     op.req.complete(result);
                 }
             }
-            if st.inflight == 0 {
+            if st.ops.inflight == 0 {
                 return;
             }
             if let Err(e) = self.ring.submit_and_wait(1) {
@@ -353,8 +299,8 @@ impl Drop for Shared {
                     if errors > MAX_DRAIN_ERRORS {
                         // Leak the buffers rather than free them under the
                         // kernel.
-                        tracing::error!(error = %e, "loop reader: giving up waiting for {} reads", st.inflight);
-                        std::mem::forget(std::mem::take(&mut st.slots));
+                        tracing::error!(error = %e, "loop reader: giving up waiting for {} reads", st.ops.inflight);
+                        std::mem::forget(std::mem::take(&mut st.ops.slots));
                         return;
                     }
                     thread::sleep(std::time::Duration::from_millis(1));

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
-use tokio::io::unix::AsyncFd;
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
 use crate::{check_range, AlignedBuf, DeviceError};
 
@@ -138,24 +138,12 @@ impl LoopRing {
             if !done.is_empty() {
                 return done;
             }
-            let Ok(mut ready) = self.eventfd.readable().await else {
+            let Ok(ready) = self.eventfd.readable().await else {
                 // The reactor is gone (runtime shutting down): nothing will
                 // wake this task again.
                 return std::future::pending().await;
             };
-            let mut count = [0u8; 8];
-            // SAFETY: reading 8 bytes into an 8-byte buffer.
-            unsafe {
-                libc::read(
-                    self.eventfd.get_ref().as_raw_fd(),
-                    count.as_mut_ptr().cast(),
-                    8,
-                )
-            };
-            // The counter is now zero (or was): whatever completes from
-            // here on signals it again, a new edge the reactor sees, so
-            // readiness is cleared now rather than by a second read.
-            ready.clear_ready();
+            consume_eventfd(ready);
         }
     }
 
@@ -310,4 +298,16 @@ fn enter(ring: &IoUring) -> io::Result<()> {
             return Err(io::Error::other("io_uring_enter submitted nothing"));
         }
     }
+}
+
+/// A ring's `eventfd` fired: reset its counter and clear the reactor's
+/// readiness. One read empties the counter, and whatever completes after it
+/// signals the `eventfd` again, a new edge the reactor sees; so readiness
+/// is cleared at once rather than found stale by a second read.
+pub(super) fn consume_eventfd(mut ready: AsyncFdReadyGuard<'_, OwnedFd>) {
+    let mut count = [0u8; 8];
+    // SAFETY: reading 8 bytes into an 8-byte buffer. An error (the counter
+    // already zero) leaves nothing to do.
+    unsafe { libc::read(ready.get_inner().as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+    ready.clear_ready();
 }

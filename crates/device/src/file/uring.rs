@@ -61,11 +61,100 @@ pub(super) struct Op {
     pub retries: u32,
 }
 
-struct State {
-    /// In-flight operations, indexed by `user_data`.
-    slots: Vec<Option<Op>>,
+/// Operations in flight on a ring, indexed by their entries' `user_data`:
+/// shared by the engine and the loop's reader (`loop_reads`).
+pub(super) struct Slots {
+    pub slots: Vec<Option<Op>>,
     free: Vec<usize>,
-    inflight: usize,
+    pub inflight: usize,
+}
+
+/// A finished request and its result, to be completed outside the lock.
+pub(super) type Finished = (Request, Result<(), DeviceError>);
+
+impl Slots {
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            slots: Vec::with_capacity(n),
+            free: Vec::new(),
+            inflight: 0,
+        }
+    }
+
+    /// Give `req` a slot and queue its first entry. On failure (the
+    /// submission queue is unexpectedly full) the request is handed back
+    /// untouched.
+    pub fn admit(
+        &mut self,
+        fd: RawFd,
+        sq: &mut squeue::SubmissionQueue<'_>,
+        req: Request,
+    ) -> Result<(), Request> {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let mut op = Op {
+            req,
+            progress: 0,
+            retries: 0,
+        };
+        let entry = build_entry(fd, &mut op, slot);
+        // SAFETY: the entry's buffer is owned by `op`, which stays in its
+        // slot (heap memory not moved) until the kernel's completion is
+        // reaped.
+        if unsafe { sq.push(&entry) }.is_err() {
+            self.free.push(slot);
+            return Err(op.req);
+        }
+        self.slots[slot] = Some(op);
+        self.inflight += 1;
+        Ok(())
+    }
+
+    /// Handle the completion `res` of `slot`'s entry: queue the op's next
+    /// step (a short or interrupted transfer; returns true), or move it to
+    /// `finished`.
+    pub fn on_completion(
+        &mut self,
+        fd: RawFd,
+        sq: &mut squeue::SubmissionQueue<'_>,
+        slot: usize,
+        res: i32,
+        finished: &mut Vec<Finished>,
+    ) -> bool {
+        let Some(op) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            tracing::error!(slot, res, "io_uring completion for an unknown slot");
+            return false;
+        };
+        let outcome = match classify(op, res) {
+            Next::Again => {
+                let entry = build_entry(fd, op, slot);
+                // SAFETY: as in `admit`; the op stays in its slot.
+                match unsafe { sq.push(&entry) } {
+                    Ok(()) => return true,
+                    Err(_) => {
+                        let (name, offset, len) = op.req.describe();
+                        Err(DeviceError::errno(name, offset, len, libc::EBUSY))
+                    }
+                }
+            }
+            Next::Finish(result) => result,
+        };
+        if let Some(op) = self.slots[slot].take() {
+            self.free.push(slot);
+            self.inflight -= 1;
+            finished.push((op.req, outcome));
+        }
+        false
+    }
+}
+
+struct State {
+    ops: Slots,
     /// Requests waiting for a free slot, in arrival order.
     backlog: VecDeque<Request>,
     closing: bool,
@@ -100,9 +189,7 @@ impl UringEngine {
         let shared = Arc::new(Shared {
             ring,
             state: Mutex::new(State {
-                slots: Vec::with_capacity(max_inflight),
-                free: Vec::new(),
-                inflight: 0,
+                ops: Slots::with_capacity(max_inflight),
                 backlog: VecDeque::new(),
                 closing: false,
             }),
@@ -136,7 +223,7 @@ impl UringEngine {
                 // SAFETY: every SubmissionQueue is created under `state`'s lock.
                 let mut sq = unsafe { self.shared.ring.submission_shared() };
                 for req in reqs {
-                    if st.backlog.is_empty() && st.inflight < self.shared.max_inflight {
+                    if st.backlog.is_empty() && st.ops.inflight < self.shared.max_inflight {
                         match admit(&self.shared, &mut st, &mut sq, req) {
                             Ok(()) => admitted += 1,
                             Err(req) => st.backlog.push_back(req),
@@ -277,40 +364,17 @@ fn enter(shared: &Shared) {
     }
 }
 
-/// Give `req` a slot and queue its first entry. On failure (the submission
-/// queue is unexpectedly full) the request is handed back untouched.
 fn admit(
     shared: &Shared,
     st: &mut State,
     sq: &mut squeue::SubmissionQueue<'_>,
     req: Request,
 ) -> Result<(), Request> {
-    let slot = match st.free.pop() {
-        Some(s) => s,
-        None => {
-            st.slots.push(None);
-            st.slots.len() - 1
-        }
-    };
-    let mut op = Op {
-        req,
-        progress: 0,
-        retries: 0,
-    };
-    let entry = build_entry(shared.fd, &mut op, slot);
-    // SAFETY: the entry's buffer is owned by `op`, which stays in its slot
-    // (heap memory not moved) until the kernel's completion is reaped.
-    if unsafe { sq.push(&entry) }.is_err() {
-        st.free.push(slot);
-        return Err(op.req);
-    }
-    st.slots[slot] = Some(op);
-    st.inflight += 1;
-    Ok(())
+    st.ops.admit(shared.fd, sq, req)
 }
 
 /// The submission entry for the next step of `op`.
-pub(super) fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry {
+fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry {
     let fd = types::Fd(fd);
     let progress = op.progress;
     let entry = match &mut op.req {
@@ -342,12 +406,12 @@ pub(super) fn build_entry(fd: RawFd, op: &mut Op, slot: usize) -> squeue::Entry 
 }
 
 /// What to do with an operation after one completion.
-pub(super) enum Next {
+enum Next {
     Again,
     Finish(Result<(), DeviceError>),
 }
 
-pub(super) fn classify(op: &mut Op, res: i32) -> Next {
+fn classify(op: &mut Op, res: i32) -> Next {
     let (name, offset, len) = op.req.describe();
     if res < 0 {
         let errno = -res;
@@ -428,7 +492,7 @@ fn reap(shared: &Shared) {
                     on_completion(shared, &mut st, &mut sq, ud as usize, res, &mut finished);
                 }
             }
-            while st.inflight < shared.max_inflight {
+            while st.ops.inflight < shared.max_inflight {
                 let Some(req) = st.backlog.pop_front() else {
                     break;
                 };
@@ -437,7 +501,7 @@ fn reap(shared: &Shared) {
                     break;
                 }
             }
-            st.closing && st.inflight == 0 && st.backlog.is_empty()
+            st.closing && st.ops.inflight == 0 && st.backlog.is_empty()
         };
         for (req, result) in finished.drain(..) {
             if let Err(e) = &result {
@@ -458,29 +522,7 @@ fn on_completion(
     sq: &mut squeue::SubmissionQueue<'_>,
     slot: usize,
     res: i32,
-    finished: &mut Vec<(Request, Result<(), DeviceError>)>,
+    finished: &mut Vec<Finished>,
 ) {
-    let Some(op) = st.slots.get_mut(slot).and_then(Option::as_mut) else {
-        tracing::error!(slot, res, "io_uring completion for an unknown slot");
-        return;
-    };
-    let outcome = match classify(op, res) {
-        Next::Again => {
-            let entry = build_entry(shared.fd, op, slot);
-            // SAFETY: as in `admit`; the op stays in its slot.
-            match unsafe { sq.push(&entry) } {
-                Ok(()) => return,
-                Err(_) => {
-                    let (name, offset, len) = op.req.describe();
-                    Err(DeviceError::errno(name, offset, len, libc::EBUSY))
-                }
-            }
-        }
-        Next::Finish(result) => result,
-    };
-    if let Some(op) = st.slots[slot].take() {
-        st.free.push(slot);
-        st.inflight -= 1;
-        finished.push((op.req, outcome));
-    }
+    st.ops.on_completion(shared.fd, sq, slot, res, finished);
 }
