@@ -6,7 +6,9 @@
 //! (see [`AlignedBuf::share`]) a caller's immutable `Bytes` that already
 //! are aligned, written from where they lie. Shared bytes are never
 //! written: mutable access first copies them into an allocation of its
-//! own. Fault model: allocation failure aborts the process (as for any
+//! own. Freed allocations whose length is a power of two (one block to
+//! 1 MiB) wait in a bounded pool for the next allocation of that length
+//! (`buf_pool`). Fault model: allocation failure aborts the process (as for any
 //! Rust allocation); nothing here performs I/O.
 
 use std::alloc::{self, Layout};
