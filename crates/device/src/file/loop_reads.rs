@@ -25,7 +25,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::loop_ring::consume_eventfd;
+use super::loop_ring::{consume_eventfd, ring_eventfd};
 use super::uring::Slots;
 use super::Request;
 use crate::done;
@@ -92,18 +92,7 @@ impl LoopReader {
         }
         let depth = LOOP_READ_DEPTH as u32;
         let ring = IoUring::new(depth.next_power_of_two())?;
-        // SAFETY: eventfd returns a new descriptor we then own, or -1.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-        let efd = unsafe { OwnedFd::from_raw_fd(raw) };
-        ring.submitter().register_eventfd(efd.as_raw_fd())?;
-        // SAFETY: the `AsyncFd` owns `efd`, which nothing else closes or
-        // replaces while it is registered.
-        let eventfd =
-            unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE)? };
+        let eventfd = ring_eventfd(&ring)?;
         let shared = Arc::new(Shared {
             ring,
             state: Mutex::new(State {

@@ -71,18 +71,7 @@ impl LoopRing {
     /// then reaped by whichever task awaits [`LoopRing::completions`].
     pub(crate) fn new(file: Arc<File>, size: u64) -> io::Result<Self> {
         let ring = IoUring::new((LOOP_RING_DEPTH * 2) as u32)?;
-        // SAFETY: eventfd returns a new descriptor we then own, or -1.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-        let efd = unsafe { OwnedFd::from_raw_fd(raw) };
-        ring.submitter().register_eventfd(efd.as_raw_fd())?;
-        // SAFETY: the `AsyncFd` owns `efd`, which nothing else closes or
-        // replaces while it is registered.
-        let eventfd =
-            unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE)? };
+        let eventfd = ring_eventfd(&ring)?;
         Ok(Self {
             state: Mutex::new(State {
                 ring,
@@ -298,6 +287,22 @@ fn enter(ring: &IoUring) -> io::Result<()> {
             return Err(io::Error::other("io_uring_enter submitted nothing"));
         }
     }
+}
+
+/// A new `eventfd`, registered with `ring` (signalled at every completion)
+/// and with the calling runtime's reactor.
+pub(super) fn ring_eventfd(ring: &IoUring) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: eventfd returns a new descriptor we then own, or -1.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let efd = unsafe { OwnedFd::from_raw_fd(raw) };
+    ring.submitter().register_eventfd(efd.as_raw_fd())?;
+    // SAFETY: the `AsyncFd` owns `efd`, which nothing else closes or
+    // replaces while it is registered.
+    Ok(unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE)? })
 }
 
 /// A ring's `eventfd` fired: reset its counter and clear the reactor's
