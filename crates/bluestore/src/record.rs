@@ -327,7 +327,7 @@ fn answer_with(
     let written = match (written, inner.failed.get()) {
         (Err(why), _) => Err(why),
         (Ok(()), Some(why)) => Err(why.clone()),
-        (Ok(()), None) if nonblocking => match inner.kv.try_write(&f.batch) {
+        (Ok(()), None) if nonblocking => match inner.kv.try_write(&mut f.batch) {
             Ok(true) => Ok(()),
             Ok(false) => return Err((f, Ok(()))),
             Err(e) => Err(metadata_failed(e)),

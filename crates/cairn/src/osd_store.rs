@@ -21,7 +21,7 @@ use cairn_config::{
     ChecksumKind, CompressionAlgorithmKind, CompressionModeKind, IoEngineKind, OsdConfig, StoreKind,
 };
 use cairn_device::{BlockDevice, FileDevice, FileDeviceOptions, IoEngine};
-use cairn_kv::{Kv, RocksKv, RocksKvOptions};
+use cairn_kv::{BufferedKv, Kv, RocksKv, RocksKvOptions};
 use cairn_store::ObjectStore;
 
 const TYPE_FILE: &str = "type";
@@ -262,7 +262,11 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         options: conf.bluestore_rocksdb_options.clone(),
         create,
     };
-    Ok(Arc::new(RocksKv::open(&paths.db, &opts)?))
+    let rocks = RocksKv::open(&paths.db, &opts)?;
+    Ok(match conf.bluestore_kv_buffer_bytes {
+        0 => Arc::new(rocks),
+        limit => Arc::new(BufferedKv::new(rocks, limit as usize)),
+    })
 }
 
 fn cache_options(conf: &OsdConfig) -> CacheOptions {

@@ -572,6 +572,11 @@ section! {
         /// by `,` or `;`), applied verbatim; `compaction_threads` and
         /// `flusher_threads` size RocksDB's thread pools.
         bluestore_rocksdb_options: String = String::new(), check any;
+        /// BlueStore: bytes of metadata writes kept as the newest value per
+        /// key in front of RocksDB, which then takes them once per journal
+        /// sync (or when this fills) instead of every version; 0 writes
+        /// straight to RocksDB.
+        bluestore_kv_buffer_bytes: u64 = 4 << 20, check any;
         /// BlueStore: how device I/O is submitted.
         bluestore_io_engine: IoEngineKind = IoEngineKind::Uring, check any;
         /// For tests and benchmarks only, never in production: serve the

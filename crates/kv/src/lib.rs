@@ -9,14 +9,20 @@
 //!   state a power loss would leave ([`MemKv::crash_image`]).
 //! - [`RocksKv`]: RocksDB, with a RocksDB options string applied verbatim.
 //!
+//! and [`BufferedKv`], a write-back buffer of the newest value per key in
+//! front of either, so that keys rewritten often reach the store once per
+//! sync.
+//!
 //! The trait knows nothing about objects: keys and values are bytes, keys
 //! sort bytewise. Implementations must never return a value from a batch
 //! that was not applied whole.
 
+mod buffered;
 mod mem;
 mod rocks;
 mod rocks_options;
 
+pub use buffered::BufferedKv;
 pub use mem::MemKv;
 pub use rocks::{RocksKv, RocksKvOptions};
 pub use rocks_options::{parse_options_string, RocksOptionsString};
@@ -214,10 +220,11 @@ pub trait Kv: Send + Sync + 'static {
 
     /// Apply `batch` as `write(batch, false)` does if that needs no wait
     /// (a write stall, a memtable to switch); otherwise write nothing and
-    /// return `Ok(false)`. For callers that must not block, such as an
-    /// event loop, which then leave the batch to a thread that may. The
-    /// default never writes.
-    fn try_write(&self, _batch: &Batch) -> Result<bool> {
+    /// return `Ok(false)`, leaving `batch` as it was. For callers that must
+    /// not block, such as an event loop, which then leave the batch to a
+    /// thread that may. A store that took the batch may leave it empty.
+    /// The default never writes.
+    fn try_write(&self, _batch: &mut Batch) -> Result<bool> {
         Ok(false)
     }
 

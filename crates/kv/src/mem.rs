@@ -147,8 +147,8 @@ impl Kv for MemKv {
         Ok(())
     }
 
-    fn try_write(&self, batch: &Batch) -> Result<bool> {
+    fn try_write(&self, batch: &mut Batch) -> Result<bool> {
         // Never stalls.
-        self.write(batch.clone(), false).map(|()| true)
+        self.write(std::mem::take(batch), false).map(|()| true)
     }
 }

@@ -68,6 +68,21 @@ pub struct RocksKv {
 }
 
 impl RocksKv {
+    /// Flush the memtables if a WAL-less batch may be in them. Called with
+    /// `syncing` held (`_one`), so that a second caller waits for a flush
+    /// in progress rather than find nothing flagged and go on.
+    fn flush_unsynced(&self, _one: &parking_lot::MutexGuard<'_, ()>) -> Result<()> {
+        if self.unsynced.swap(false, Ordering::AcqRel) {
+            let mut flush = FlushOptions::default();
+            flush.set_wait(true);
+            if let Err(e) = self.db.flush_opt(&flush) {
+                self.unsynced.store(true, Ordering::Release);
+                return Err(backend(e));
+            }
+        }
+        Ok(())
+    }
+
     /// Open (or with `options.create`, create) the database in `path`.
     pub fn open(path: &Path, options: &RocksKvOptions) -> Result<Self> {
         let open_err = |reason: String| KvError::Open {
@@ -175,8 +190,10 @@ impl Kv for RocksKv {
         let wb = write_batch(&batch);
         let mut opts = WriteOptions::default();
         if sync {
-            // Earlier WAL-less batches first, or the WAL could outlive them.
-            self.sync()?;
+            // Earlier WAL-less batches first, or the WAL could outlive them
+            // (waiting for a sync that is flushing them). The WAL itself
+            // needs no sync of its own here: this write's covers it.
+            self.flush_unsynced(&self.syncing.lock())?;
             opts.set_sync(true);
             self.db.write_opt(wb, &opts).map_err(backend)
         } else {
@@ -190,7 +207,7 @@ impl Kv for RocksKv {
         }
     }
 
-    fn try_write(&self, batch: &Batch) -> Result<bool> {
+    fn try_write(&self, batch: &mut Batch) -> Result<bool> {
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
         // Fail with `Incomplete` rather than wait for a stall to clear.
@@ -207,15 +224,7 @@ impl Kv for RocksKv {
     }
 
     fn sync(&self) -> Result<()> {
-        let _one = self.syncing.lock();
-        if self.unsynced.swap(false, Ordering::AcqRel) {
-            let mut flush = FlushOptions::default();
-            flush.set_wait(true);
-            if let Err(e) = self.db.flush_opt(&flush) {
-                self.unsynced.store(true, Ordering::Release);
-                return Err(backend(e));
-            }
-        }
+        self.flush_unsynced(&self.syncing.lock())?;
         self.db.flush_wal(true).map_err(backend)
     }
 

@@ -16,7 +16,7 @@ use cairn_device::{
     AlignedBuf, BlockDevice, BoxFuture, CrashPolicy, DeviceError, FaultDevice, FileDevice,
     FileDeviceOptions, MemDevice,
 };
-use cairn_kv::{Batch, Kv, KvError, MemKv, RocksKv, RocksKvOptions};
+use cairn_kv::{Batch, BufferedKv, Kv, KvError, MemKv, RocksKv, RocksKvOptions};
 use cairn_store::{Collection, ObjectId, ObjectStore, PgId, Transaction};
 use parking_lot::RwLock;
 
@@ -130,7 +130,7 @@ impl Kv for StallingKv {
     fn write(&self, batch: Batch, sync: bool) -> cairn_kv::Result<()> {
         self.inner.write(batch, sync)
     }
-    fn try_write(&self, batch: &Batch) -> cairn_kv::Result<bool> {
+    fn try_write(&self, batch: &mut Batch) -> cairn_kv::Result<bool> {
         if self.tries.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
             return Ok(false);
         }
@@ -152,7 +152,9 @@ pub fn open_kv(path: &Path, create: bool, options: &str) -> Arc<dyn Kv> {
         block_cache_bytes: 8 * MIB,
         ..Default::default()
     };
-    Arc::new(RocksKv::open(path, &opts).expect("open RocksDB"))
+    // As the OSD opens it: behind the write-back buffer.
+    let rocks = RocksKv::open(path, &opts).expect("open RocksDB");
+    Arc::new(BufferedKv::new(rocks, 4 << 20))
 }
 
 // ---------------------------------------------------------------------------
