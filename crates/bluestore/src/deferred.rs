@@ -8,7 +8,8 @@
 //! `DEFERRED_BATCH_BYTES` are queued or the oldest has waited
 //! `DEFERRED_BATCH_WAIT`. Its writes are the latest content per block,
 //! sorted, contiguous blocks merged, at most `DEFERRED_IN_FLIGHT` on the
-//! device at once, submitted in groups of `DEFERRED_GROUP`.
+//! device at once (`BlockDevice::write_all_blocking`: on a file device, a
+//! ring of this thread's own, so no other thread wakes it).
 //!
 //! The commit side keeps journal records to about a round of deferred
 //! writes each (`Pipeline::round_bytes`): a record of 1,600 random blocks,
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cairn_device::{block_on, AlignedBuf, BoxFuture, DeviceError};
+use cairn_device::AlignedBuf;
 use cairn_kv::Batch;
 use tokio::sync::oneshot;
 
@@ -51,8 +52,6 @@ const DEFERRED_BATCH_WAIT: std::time::Duration = std::time::Duration::from_milli
 /// thousands of writes) queues every journal record, and the flush in it,
 /// behind them all: milliseconds of commit latency, every round.
 const DEFERRED_IN_FLIGHT: usize = 32;
-/// Deferred writes submitted together (one system call).
-const DEFERRED_GROUP: usize = 8;
 
 /// Marks the deferred thread stopped as it ends, however it ends: the
 /// commit thread waits for that before it stops (see `commit::next_group`).
@@ -207,31 +206,21 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
             _ => runs.push((phys, vec![data])),
         }
     }
-    // A sliding window of groups: the next group goes out, in one
-    // submission, as the oldest completes. Waiting for whole batches left
-    // the device's queue draining between batches (4K randwrite QD32 +12%
-    // with a window in alternating runs); one submission per write paid a
-    // system call, and a device notification, for each.
-    let mut in_flight: VecDeque<BoxFuture<Result<(), DeviceError>>> =
-        VecDeque::with_capacity(DEFERRED_IN_FLIGHT / DEFERRED_GROUP);
-    let mut runs = runs.into_iter().peekable();
-    while runs.peek().is_some() {
-        if in_flight.len() == DEFERRED_IN_FLIGHT / DEFERRED_GROUP {
-            if let Some(oldest) = in_flight.pop_front() {
-                block_on(oldest).map_err(|e| format!("deferred write failed: {e}"))?;
-            }
-        }
-        let group: Vec<(u64, AlignedBuf)> = runs
-            .by_ref()
-            .take(DEFERRED_GROUP)
-            .map(|(start, run)| (start, run_buf(&run)))
-            .collect();
-        in_flight.push_back(inner.device.write_many(group));
-    }
-    for writes in in_flight {
-        block_on(writes).map_err(|e| format!("deferred write failed: {e}"))?;
-    }
-    block_on(inner.device.flush()).map_err(|e| format!("device flush failed: {e}"))?;
+    // On the device's bulk path: a window of writes submitted and waited
+    // for by this thread (a ring of its own on a file device), then the
+    // flush, on this thread too.
+    let writes: Vec<(u64, AlignedBuf)> = runs
+        .into_iter()
+        .map(|(start, run)| (start, run_buf(&run)))
+        .collect();
+    inner
+        .device
+        .write_all_blocking(writes, DEFERRED_IN_FLIGHT)
+        .map_err(|e| format!("deferred write failed: {e}"))?;
+    inner
+        .device
+        .flush_blocking()
+        .map_err(|e| format!("device flush failed: {e}"))?;
     inner.perf.device_flushes.fetch_add(1, Ordering::Relaxed);
     let mut bytes = 0;
     for r in round {

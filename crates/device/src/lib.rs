@@ -121,9 +121,67 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// are not covered.
     fn flush(&self) -> BoxFuture<Result<(), DeviceError>>;
 
+    /// Write all of `writes` (validated first, as [`write_many`]), at most
+    /// `depth` on the device at once, blocking the calling thread until
+    /// they are done (durable only after a flush), or until the first
+    /// error, which is returned once nothing is in flight. For a thread
+    /// whose job is writing in bulk, such as a store's deferred writes. The
+    /// default submits groups of [`BULK_GROUP`] through `write_many`, the
+    /// next as the oldest completes.
+    ///
+    /// [`write_many`]: Self::write_many
+    fn write_all_blocking(
+        &self,
+        writes: Vec<(u64, AlignedBuf)>,
+        depth: usize,
+    ) -> Result<(), DeviceError> {
+        write_in_groups(self, writes, depth)
+    }
+
+    /// [`flush`](Self::flush), blocking the calling thread.
+    fn flush_blocking(&self) -> Result<(), DeviceError> {
+        block_on(self.flush())
+    }
+
     /// Tell the device a range is unused (may be a no-op). The range's
     /// content afterwards is unspecified: old data or zeros.
     fn discard(&self, offset: u64, len: u64) -> BoxFuture<Result<(), DeviceError>>;
+}
+
+/// Writes submitted together by [`BlockDevice::write_all_blocking`]'s
+/// default (one `write_many`, one system call where the engine allows).
+pub const BULK_GROUP: usize = 8;
+
+/// [`BlockDevice::write_all_blocking`]'s default: a sliding window of
+/// groups, the next group submitted as the oldest completes. Waiting for
+/// whole batches would leave the device's queue draining between them.
+pub fn write_in_groups<D: BlockDevice + ?Sized>(
+    device: &D,
+    writes: Vec<(u64, AlignedBuf)>,
+    depth: usize,
+) -> Result<(), DeviceError> {
+    check_writes(&writes, device.size())?;
+    let window = (depth / BULK_GROUP).max(1);
+    let mut in_flight: std::collections::VecDeque<BoxFuture<Result<(), DeviceError>>> =
+        std::collections::VecDeque::with_capacity(window);
+    let mut writes = writes.into_iter().peekable();
+    let mut failed = None;
+    while writes.peek().is_some() && failed.is_none() {
+        if in_flight.len() == window {
+            if let Some(Err(e)) = in_flight.pop_front().map(block_on) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let group: Vec<(u64, AlignedBuf)> = writes.by_ref().take(BULK_GROUP).collect();
+        in_flight.push_back(device.write_many(group));
+    }
+    for group in in_flight {
+        if let Err(e) = block_on(group) {
+            failed.get_or_insert(e);
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// Open a file or block device at `path` as a shared [`BlockDevice`].

@@ -125,6 +125,71 @@ fn write_many(t: TestDev) {
     assert_eq!(block_on(dev.read(0, BLOCK_SIZE)).expect("read"), before);
 }
 
+/// Many writes (single blocks and runs, more than the window) from a
+/// thread that blocks on them, from two threads in turn (each with its own
+/// ring on a file device), then read back; one bad element fails the call
+/// and writes nothing.
+fn write_all_blocking(t: TestDev) {
+    let dev = &t.dev;
+    let mut rng = SmallRng::seed_from_u64(11);
+    let blocks = dev.size() / BLOCK_SIZE;
+    for (round, depth) in [(0u64, 32usize), (1, 4), (2, 1), (3, 10_000)] {
+        let writes: Vec<_> = (0..300u64)
+            .map(|i| {
+                let len = if i % 5 == 0 { 3 } else { 1 };
+                let block = (i * 7 + round) % (blocks / 4) * 4;
+                (
+                    block * BLOCK_SIZE,
+                    AlignedBuf::from_slice(&pattern(round * 1000 + i + rng.gen_range(0..9), len)),
+                )
+            })
+            .collect();
+        // The last write to each place wins: keep those to compare.
+        let mut expect = std::collections::BTreeMap::new();
+        for (o, b) in &writes {
+            for k in 0..b.len() as u64 / BLOCK_SIZE {
+                let at = (k * BLOCK_SIZE) as usize;
+                expect.insert(o + k * BLOCK_SIZE, b[at..at + BLOCK_SIZE as usize].to_vec());
+            }
+        }
+        // Distinct places only: a bulk write's order on the device is not
+        // its order in the list.
+        let mut seen = std::collections::HashSet::new();
+        let writes: Vec<_> = writes
+            .into_iter()
+            .filter(|(o, b)| {
+                (0..b.len() as u64 / BLOCK_SIZE).all(|k| seen.insert(o + k * BLOCK_SIZE))
+            })
+            .collect();
+        let expect: Vec<_> = expect
+            .into_iter()
+            .filter(|(o, _)| seen.contains(o))
+            .collect();
+        let dev2 = Arc::clone(dev);
+        std::thread::spawn(move || {
+            dev2.write_all_blocking(writes, depth)
+                .expect("write_all_blocking");
+            dev2.flush_blocking().expect("flush_blocking");
+        })
+        .join()
+        .expect("writer thread");
+        for (off, data) in expect {
+            let got = block_on(dev.read(off, BLOCK_SIZE)).expect("read");
+            assert_eq!(&got[..], &data[..], "block at {off} after round {round}");
+        }
+    }
+    dev.write_all_blocking(Vec::new(), 8)
+        .expect("nothing to write");
+    let bad = vec![
+        (0, AlignedBuf::from_slice(&pattern(9, 1))),
+        (dev.size(), AlignedBuf::from_slice(&pattern(9, 1))),
+    ];
+    let before = block_on(dev.read(0, BLOCK_SIZE)).expect("read");
+    let err = dev.write_all_blocking(bad, 8).expect_err("out of range");
+    assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
+    assert_eq!(block_on(dev.read(0, BLOCK_SIZE)).expect("read"), before);
+}
+
 fn bad_requests(t: TestDev) {
     let dev = &t.dev;
     let size = dev.size();
@@ -216,6 +281,10 @@ macro_rules! conformance {
             #[test]
             fn write_many() {
                 super::write_many($make);
+            }
+            #[test]
+            fn write_all_blocking() {
+                super::write_all_blocking($make);
             }
             #[test]
             fn bad_requests() {
