@@ -3,7 +3,8 @@
 //! slowed, not refused: the OSD stops reading its connection until it
 //! answered one, every op is answered with success, and everything written
 //! reads back. `cairn osd perf` shows the connection waited and never had
-//! more than the cap in flight. The same for several connections at once
+//! more than the cap in flight, and where the writes spent their time. The
+//! same for several connections at once
 //! against the OSD's own cap (`osd.client_ops_max`).
 
 mod common;
@@ -172,6 +173,20 @@ async fn a_client_sending_past_the_cap_is_slowed_and_loses_nothing() {
         "{OPS} pipelined ops never waited for room: {after}"
     );
     assert_eq!(counter(&after, "client_ops_in_flight"), 0, "{after}");
+    // Where the writes' time went, as primary: every write counted, and
+    // its stages add up to no more than its whole.
+    let delta = |name| counter(&after, name) - counter(&before, name);
+    assert!(delta("primary_writes") >= OPS, "{after}");
+    let (total, held, local) = (
+        delta("primary_write_total_us"),
+        delta("primary_write_held_us"),
+        delta("primary_write_local_commit_us"),
+    );
+    assert!(local > 0 && total >= held + local, "{after}");
+    assert!(
+        total >= held + delta("primary_write_last_member_us"),
+        "{after}"
+    );
     check_blocks(&at.client, at.pool, OPS).await;
 }
 

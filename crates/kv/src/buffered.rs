@@ -20,7 +20,8 @@
 //! first. A spill moves the
 //! buffer aside (still read) until the inner store has taken it, so a reader
 //! never misses a value in between. A scan that overlaps a spill taken after
-//! it began starts again, so it never mixes two points in time.
+//! it began starts again (the third time, holding spills off), so it never
+//! mixes two points in time.
 //!
 //! Must never: return a value of a batch not applied whole; let a spilled
 //! batch reach the inner store before an earlier one; drop the buffer's
@@ -39,6 +40,10 @@ use crate::{successor, Batch, Kv, Op, Result};
 /// share and the two allocations' headers), so that a bound on bytes bounds
 /// memory for small values too.
 const ENTRY_OVERHEAD: usize = 64;
+
+/// Scans read again after a spill overlapped them, at most, before one
+/// holds spills off while it reads.
+const SCAN_RETRIES: u32 = 2;
 
 /// What the buffer knows of a key.
 enum Found<'a> {
@@ -208,6 +213,16 @@ impl<K: Kv> BufferedKv<K> {
     /// Hand everything buffered to the inner store as one synced write:
     /// durable on return.
     pub fn spill(&self) -> Result<()> {
+        self.spill_with(|_| true)
+    }
+
+    /// Spill if the buffer is still over its limit once this thread's turn
+    /// to spill comes (writers that passed the limit together spill once).
+    fn spill_if_over(&self) -> Result<()> {
+        self.spill_with(|active| active.bytes > self.limit)
+    }
+
+    fn spill_with(&self, wanted: impl Fn(&Layer) -> bool) -> Result<()> {
         let _one = self.spill_lock.lock();
         // A spill that failed before left its layer in place: it goes first.
         let pending = self.buffers.lock().spilling.clone();
@@ -217,7 +232,7 @@ impl<K: Kv> BufferedKv<K> {
         }
         let layer = {
             let mut b = self.buffers.lock();
-            if b.active.is_empty() {
+            if b.active.is_empty() || !wanted(&b.active) {
                 return Ok(());
             }
             let layer = Arc::new(std::mem::take(&mut b.active));
@@ -265,7 +280,9 @@ impl<K: Kv> Kv for BufferedKv<K> {
         if start >= end || limit == 0 {
             return Ok(Vec::new());
         }
-        loop {
+        for attempt in 0.. {
+            // Past a few rounds lost to spills, hold them off for one.
+            let _no_spill = (attempt >= SCAN_RETRIES).then(|| self.spill_lock.lock());
             let (overlay, hidden, spills) = {
                 let b = self.buffers.lock();
                 let (overlay, hidden) = overlay(&b, start, end);
@@ -278,6 +295,7 @@ impl<K: Kv> Kv for BufferedKv<K> {
                 return Ok(out);
             }
         }
+        unreachable!("a scan holding off spills is never retried")
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
@@ -285,7 +303,7 @@ impl<K: Kv> Kv for BufferedKv<K> {
         if sync {
             self.sync()
         } else if over {
-            self.spill()
+            self.spill_if_over()
         } else {
             Ok(())
         }

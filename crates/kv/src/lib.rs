@@ -215,7 +215,9 @@ pub trait Kv: Send + Sync + 'static {
     /// Apply `batch` atomically. With `sync`, it is durable on return, and
     /// so is every batch written before it. Without, it is visible at once
     /// but may be lost in a crash until `sync` (or a later synced write)
-    /// returns, or the store is dropped.
+    /// returns, or the store is dropped. An error does not say the batch
+    /// was left out (a [`BufferedKv`] may have taken it and failed to
+    /// spill): after one, the caller must treat the store as failed.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
 
     /// Apply `batch` as `write(batch, false)` does if that needs no wait

@@ -118,6 +118,8 @@ pub struct OsdCore {
     held: VecDeque<Held>,
     next_id: u64,
     slots: Slots,
+    /// Where client writes spent their time here as primary.
+    write_times: crate::WriteTimes,
     requests: MonRequests,
     stat_rounds: u64,
     /// The cache pools' totals, from the monitor.
@@ -186,11 +188,17 @@ impl OsdCore {
             held: VecDeque::new(),
             next_id: 0,
             slots,
+            write_times: crate::WriteTimes::default(),
             requests: MonRequests::default(),
             stat_rounds: 0,
             tier_usage: TierUsage::default(),
             catch_up: None,
         }
+    }
+
+    /// Where client writes spent their time here as primary, so far.
+    pub fn write_times(&self) -> crate::WriteTimes {
+        self.write_times
     }
 
     pub fn id(&self) -> OsdId {
@@ -221,6 +229,7 @@ impl OsdCore {
             io,
             next_id: &mut self.next_id,
             slots: &mut self.slots,
+            write_times: &mut self.write_times,
             requests: &mut self.requests,
             agent_flushes: 0,
             tier_usage: &self.tier_usage,
@@ -241,6 +250,7 @@ impl OsdCore {
             io,
             next_id: &mut self.next_id,
             slots: &mut self.slots,
+            write_times: &mut self.write_times,
             requests: &mut self.requests,
             agent_flushes,
             tier_usage: &self.tier_usage,

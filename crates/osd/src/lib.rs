@@ -21,9 +21,11 @@ pub mod io;
 pub mod pace;
 pub mod pg;
 mod slots;
+mod write_times;
 
 pub use crate::core::{
     CoreOptions, OsdCore, PlantedBug, CATCH_UP_PER_PRIMARY, MAX_HELD, MAX_OID_LEN,
 };
 pub use daemon::{ClientLimits, ConfigHook, Listeners, Osd, OsdError, OsdOptions, ProcessUsage};
 pub use pg::{Pg, Role};
+pub use write_times::WriteTimes;

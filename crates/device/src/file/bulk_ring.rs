@@ -12,13 +12,15 @@
 //!
 //! Writes are plain (not durable until a flush). Short writes continue from
 //! where they stopped; `EINTR`/`EAGAIN` are retried a bounded number of
-//! times. The first error stops new submissions; what is in flight is
-//! waited for (its buffers must outlive it) and the error returned.
+//! times. The first error stops new writes; those in flight finish (its
+//! buffers must outlive them) and the error is returned. A wait that fails
+//! for good leaves the ring broken and never used again.
 //!
 //! Must never: free a buffer the kernel may still write from.
 
 use std::fs::File;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -29,7 +31,10 @@ use crate::{check_writes, AlignedBuf, DeviceError};
 
 /// Most submission queue entries of a ring: the most writes in flight.
 const MAX_ENTRIES: usize = 4096;
-/// Retries of `EINTR`/`EAGAIN` (per write, and per wait) before failing.
+/// Bytes one submission entry writes at most (its length is 32 bits).
+const MAX_ENTRY_BYTES: usize = (u32::MAX as usize) & !4095;
+/// Retries of `EINTR`/`EAGAIN` (per write, and per wait without progress)
+/// before failing.
 const MAX_RETRIES: u32 = 1000;
 
 /// One write of the call.
@@ -48,6 +53,9 @@ pub(crate) struct BulkRing {
     owner: ThreadId,
     /// Submission queue entries: the most writes in flight.
     entries: usize,
+    /// Set when a call gave up with writes still in the kernel: their
+    /// completions must never be taken for a later call's.
+    broken: bool,
     fd: RawFd,
     /// Keeps `fd` open for as long as the ring may reference it.
     _file: Arc<File>,
@@ -66,6 +74,7 @@ impl BulkRing {
             ring,
             owner: std::thread::current().id(),
             entries: entries as usize,
+            broken: false,
             fd: file.as_raw_fd(),
             _file: file,
         })
@@ -73,7 +82,7 @@ impl BulkRing {
 
     /// Whether the calling thread may use this ring.
     pub(crate) fn is_mine(&self) -> bool {
-        self.owner == std::thread::current().id()
+        self.owner == std::thread::current().id() && !self.broken
     }
 
     /// Whether `depth` writes fit in flight at once.
@@ -93,16 +102,20 @@ impl BulkRing {
         debug_assert!(self.is_mine(), "a bulk ring used by another thread");
         let depth = depth.clamp(1, self.entries);
         check_writes(&writes, size)?;
-        let mut writes: Vec<Write> = writes
-            .into_iter()
-            .filter(|(_, buf)| !buf.is_empty())
-            .map(|(offset, buf)| Write {
-                offset,
-                buf,
-                done: 0,
-                retries: 0,
-            })
-            .collect();
+        // Never dropped while the kernel may hold its buffers: freed at the
+        // end with nothing in flight, leaked if anything unwinds.
+        let mut writes: ManuallyDrop<Vec<Write>> = ManuallyDrop::new(
+            writes
+                .into_iter()
+                .filter(|(_, buf)| !buf.is_empty())
+                .map(|(offset, buf)| Write {
+                    offset,
+                    buf,
+                    done: 0,
+                    retries: 0,
+                })
+                .collect(),
+        );
         let mut next = 0;
         let mut in_flight = 0;
         let mut failed: Option<DeviceError> = None;
@@ -133,10 +146,11 @@ impl BulkRing {
                         wait_errors += 1;
                     }
                     _ => {
-                        // The kernel may still hold buffers: they are
-                        // leaked rather than freed under it.
+                        // The kernel may still hold buffers: they stay
+                        // leaked (never dropped), and the ring is never
+                        // used again.
                         tracing::error!(error = %e, "bulk ring: giving up on {in_flight} writes in flight");
-                        std::mem::forget(writes);
+                        self.broken = true;
                         return Err(io_error(0, 0, e));
                     }
                 }
@@ -146,6 +160,9 @@ impl BulkRing {
                 .completion()
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
+            if !cqes.is_empty() {
+                wait_errors = 0;
+            }
             for (token, res) in cqes {
                 in_flight -= 1;
                 let w = &mut writes[token as usize];
@@ -176,6 +193,9 @@ impl BulkRing {
                 }
             }
         }
+        // SAFETY: nothing is in flight (the loop ends only then), so the
+        // kernel holds none of the buffers; `writes` is not used again.
+        unsafe { ManuallyDrop::drop(&mut writes) };
         match failed {
             Some(e) => Err(e),
             None => Ok(()),
@@ -185,7 +205,8 @@ impl BulkRing {
 
 /// Queue the rest of `w` (write number `token`).
 fn push(ring: &mut IoUring, fd: RawFd, token: usize, w: &Write) -> Result<(), DeviceError> {
-    let left = (w.buf.len() - w.done) as u32;
+    // One entry writes at most this much; the rest goes on as a short write.
+    let left = (w.buf.len() - w.done).min(MAX_ENTRY_BYTES) as u32;
     // SAFETY (pointer arithmetic): `done` < the buffer's length.
     let ptr = unsafe { w.buf.as_ptr().add(w.done) };
     let entry = opcode::Write::new(types::Fd(fd), ptr, left)

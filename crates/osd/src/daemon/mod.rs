@@ -393,6 +393,9 @@ impl Osd {
             for (name, v) in self.clients.counters() {
                 map.insert(name.into(), v.into());
             }
+            for (name, v) in self.core.lock().write_times().counters() {
+                map.insert(name.into(), v.into());
+            }
             if let Some(usage) = ProcessUsage::now() {
                 map.insert("process_cpu_us".into(), usage.cpu_us.into());
                 map.insert(

@@ -50,6 +50,8 @@ pub(crate) struct Ctx<'a> {
     pub io: &'a mut dyn OsdIo,
     pub next_id: &'a mut u64,
     pub slots: &'a mut Slots,
+    /// Where this OSD's client writes spent their time, as primary.
+    pub write_times: &'a mut crate::WriteTimes,
     pub requests: &'a mut MonRequests,
     /// Flushes the cache-tier agents of this OSD have in flight, counted
     /// at each tick ([`tier::agent`]).

@@ -537,6 +537,13 @@ impl Pg {
         tracing::debug!("pg {}: {:?} written at {version}", self.id, inflight.oid);
         report_if_slow(self.id, ctx, version, &inflight);
         let now = ctx.io.now();
+        ctx.write_times.add(
+            inflight.arrived,
+            inflight.submitted,
+            inflight.local_at.unwrap_or(now),
+            inflight.last_ack.map(|(_, at)| at),
+            now,
+        );
         ctx.slots
             .client_write(now, now.saturating_sub(inflight.arrived));
         for (client, tid) in inflight.clients {
