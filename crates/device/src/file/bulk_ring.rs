@@ -27,25 +27,13 @@ use std::thread::ThreadId;
 
 use io_uring::{opcode, types, IoUring};
 
+use super::loop_ring::{Write, MAX_RETRIES};
 use crate::{check_writes, AlignedBuf, DeviceError};
 
 /// Most submission queue entries of a ring: the most writes in flight.
 const MAX_ENTRIES: usize = 4096;
 /// Bytes one submission entry writes at most (its length is 32 bits).
 const MAX_ENTRY_BYTES: usize = (u32::MAX as usize) & !4095;
-/// Retries of `EINTR`/`EAGAIN` (per write, and per wait without progress)
-/// before failing.
-const MAX_RETRIES: u32 = 1000;
-
-/// One write of the call.
-struct Write {
-    offset: u64,
-    buf: AlignedBuf,
-    /// Bytes written so far.
-    done: usize,
-    retries: u32,
-}
-
 /// See the module docs. Used only by the thread that made it (a
 /// single-issuer ring refuses any other).
 pub(crate) struct BulkRing {
@@ -108,12 +96,7 @@ impl BulkRing {
             writes
                 .into_iter()
                 .filter(|(_, buf)| !buf.is_empty())
-                .map(|(offset, buf)| Write {
-                    offset,
-                    buf,
-                    done: 0,
-                    retries: 0,
-                })
+                .map(|(offset, buf)| Write::new(offset, buf))
                 .collect(),
         );
         let mut next = 0;
@@ -166,21 +149,8 @@ impl BulkRing {
             for (token, res) in cqes {
                 in_flight -= 1;
                 let w = &mut writes[token as usize];
-                let outcome = if res == -libc::EINTR || res == -libc::EAGAIN {
-                    w.retries += 1;
-                    (w.retries <= MAX_RETRIES).then_some(()).ok_or_else(|| {
-                        io::Error::other(format!("write retried {MAX_RETRIES} times"))
-                    })
-                } else if res < 0 {
-                    Err(io::Error::from_raw_os_error(-res))
-                } else if res == 0 {
-                    Err(io::Error::from(io::ErrorKind::WriteZero))
-                } else {
-                    w.done += res as usize;
-                    Ok(())
-                };
-                match outcome {
-                    Ok(()) if w.done >= w.buf.len() => {}
+                match w.advance(res) {
+                    Ok(()) if w.is_whole() => {}
                     Ok(()) => match push(&mut self.ring, self.fd, token as usize, w) {
                         Ok(()) => in_flight += 1,
                         Err(e) => {

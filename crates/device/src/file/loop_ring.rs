@@ -35,15 +35,49 @@ use crate::{check_range, AlignedBuf, DeviceError};
 /// Writes in flight on one ring, at most.
 pub const LOOP_RING_DEPTH: usize = 8;
 /// Retries of `EINTR`/`EAGAIN` before a write is failed.
-const MAX_RETRIES: u32 = 1000;
+pub(super) const MAX_RETRIES: u32 = 1000;
 
-/// One write in flight.
-struct Write {
-    offset: u64,
-    buf: AlignedBuf,
+/// One write in flight (here and on a `BulkRing`).
+pub(super) struct Write {
+    pub offset: u64,
+    pub buf: AlignedBuf,
     /// Bytes already written.
-    done: usize,
-    retries: u32,
+    pub done: usize,
+    pub retries: u32,
+}
+
+impl Write {
+    pub fn new(offset: u64, buf: AlignedBuf) -> Self {
+        Self {
+            offset,
+            buf,
+            done: 0,
+            retries: 0,
+        }
+    }
+
+    /// Count a completion's result `res` (bytes written, or `-errno`):
+    /// `Ok` with the write whole or short (continue it), `Err` if it
+    /// failed, or was interrupted more than [`MAX_RETRIES`] times.
+    pub fn advance(&mut self, res: i32) -> io::Result<()> {
+        if res == -libc::EINTR || res == -libc::EAGAIN {
+            self.retries += 1;
+            (self.retries <= MAX_RETRIES)
+                .then_some(())
+                .ok_or_else(|| io::Error::other(format!("write retried {MAX_RETRIES} times")))
+        } else if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else if res == 0 {
+            Err(io::Error::from(io::ErrorKind::WriteZero))
+        } else {
+            self.done += res as usize;
+            Ok(())
+        }
+    }
+
+    pub fn is_whole(&self) -> bool {
+        self.done >= self.buf.len()
+    }
 }
 
 struct State {
@@ -101,12 +135,7 @@ impl LoopRing {
             );
             return Err(io_error(offset, buf.len(), io::Error::other(why)));
         }
-        let write = Write {
-            offset,
-            buf,
-            done: 0,
-            retries: 0,
-        };
+        let write = Write::new(offset, buf);
         let len = write.buf.len();
         push(&mut st.ring, self.fd, token, &write)?;
         // Kept from here on, whatever `enter` says: the entry is queued,
@@ -194,22 +223,9 @@ impl LoopRing {
                 tracing::error!("loop ring: a completion for unknown write {token}");
                 continue;
             };
-            let outcome = if res == -libc::EINTR || res == -libc::EAGAIN {
-                w.retries += 1;
-                (w.retries <= MAX_RETRIES)
-                    .then_some(())
-                    .ok_or_else(|| io::Error::other(format!("write retried {MAX_RETRIES} times")))
-            } else if res < 0 {
-                Err(io::Error::from_raw_os_error(-res))
-            } else if res == 0 {
-                Err(io::Error::from(io::ErrorKind::WriteZero))
-            } else {
-                w.done += res as usize;
-                Ok(())
-            };
-            match outcome {
+            match w.advance(res) {
                 Err(e) => out.push((token, Err(io_error(w.offset, w.buf.len(), e)))),
-                Ok(()) if w.done >= w.buf.len() => out.push((token, Ok(()))),
+                Ok(()) if w.is_whole() => out.push((token, Ok(()))),
                 Ok(()) => match push(&mut st.ring, self.fd, token, &w) {
                     Ok(()) => {
                         st.writes.insert(token, w);
