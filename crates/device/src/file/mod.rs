@@ -446,23 +446,17 @@ impl BlockDevice for FileDevice {
             return crate::write_in_groups(self, writes, depth);
         }
         let mut bulk = self.bulk.lock();
-        match bulk.as_mut() {
-            Some(ring) if ring.is_mine() && ring.holds(depth) => {}
-            _ => {
-                let ring = BulkRing::new(self.file.clone(), depth).map_err(|source| {
-                    DeviceError::Open {
-                        what: "a bulk ring on",
-                        path: self.path.clone(),
-                        source,
-                    }
-                })?;
-                *bulk = Some(ring);
-            }
-        }
-        let Some(ring) = bulk.as_mut() else {
-            unreachable!("the bulk ring was just made");
+        let mut ring = match bulk.take() {
+            Some(ring) if ring.is_mine() && ring.holds(depth) => ring,
+            _ => BulkRing::new(self.file.clone(), depth).map_err(|source| DeviceError::Open {
+                what: "a bulk ring on",
+                path: self.path.clone(),
+                source,
+            })?,
         };
-        ring.write_all(writes, self.size, depth)
+        let written = ring.write_all(writes, self.size, depth);
+        *bulk = Some(ring);
+        written
     }
 
     /// `fdatasync` on the calling thread.
