@@ -8,7 +8,8 @@
 //! `DEFERRED_BATCH_BYTES` are queued or the oldest has waited
 //! `DEFERRED_BATCH_WAIT`. Its writes are the latest content per block,
 //! sorted, contiguous blocks merged, at most `DEFERRED_IN_FLIGHT` on the
-//! device at once (`BlockDevice::write_all_blocking`).
+//! device at once (`BlockDevice::write_all_blocking`: on a file device, a
+//! ring of this thread's own, so no other thread wakes it).
 //!
 //! The commit side keeps journal records to about a round of deferred
 //! writes each (`Pipeline::round_bytes`): a record of 1,600 random blocks,
@@ -205,7 +206,9 @@ fn apply_round(inner: &Inner, round: &[DeferredRecord]) -> Result<(), String> {
             _ => runs.push((phys, vec![data])),
         }
     }
-    // A window of writes, then the flush on this thread.
+    // On the device's bulk path: a window of writes submitted and waited
+    // for by this thread (a ring of its own on a file device), then the
+    // flush, on this thread too.
     let writes: Vec<(u64, AlignedBuf)> = runs
         .into_iter()
         .map(|(start, run)| (start, run_buf(&run)))

@@ -35,10 +35,10 @@ use crate::{check_range, AlignedBuf, DeviceError};
 /// Writes in flight on one ring, at most.
 pub const LOOP_RING_DEPTH: usize = 8;
 /// Retries of `EINTR`/`EAGAIN` before a write is failed.
-const MAX_RETRIES: u32 = 1000;
+pub(super) const MAX_RETRIES: u32 = 1000;
 
-/// One write in flight.
-struct Write {
+/// One write in flight (here and on a `BulkRing`).
+pub(super) struct Write {
     pub offset: u64,
     pub buf: AlignedBuf,
     /// Bytes already written.

@@ -37,6 +37,7 @@
 //! 52.5k; randread QD1 14.4k, QD32 88.5k. The QD1 gap to fio is the two
 //! thread hand-offs per request (caller → reaper → caller's executor).
 
+mod bulk_ring;
 mod loop_reads;
 mod loop_ring;
 mod sys;
@@ -57,6 +58,7 @@ use crate::done::{self, Done, ReadTx};
 use crate::{
     check_range, check_writes, ready, AlignedBuf, BlockDevice, BoxFuture, DeviceError, BLOCK_SIZE,
 };
+use bulk_ring::BulkRing;
 use threads::ThreadsEngine;
 use uring::UringEngine;
 
@@ -178,6 +180,9 @@ pub struct FileDevice {
     aux: Option<ThreadsEngine>,
     /// For synchronous writes from the caller's thread.
     file: Arc<std::fs::File>,
+    /// The ring of the thread writing in bulk (`write_all_blocking`), made
+    /// at its first call; another thread's call makes its own in its place.
+    bulk: parking_lot::Mutex<Option<BulkRing>>,
 }
 
 impl FileDevice {
@@ -246,6 +251,7 @@ impl FileDevice {
             engine,
             aux,
             file,
+            bulk: parking_lot::Mutex::new(None),
         })
     }
 
@@ -427,6 +433,30 @@ impl BlockDevice for FileDevice {
                 .map(|((offset, buf), done)| Request::Write { offset, buf, done }),
         );
         fut
+    }
+
+    /// On a ring of the calling thread's own (the io_uring engine): no
+    /// completion thread between the kernel and the caller.
+    fn write_all_blocking(
+        &self,
+        writes: Vec<(u64, AlignedBuf)>,
+        depth: usize,
+    ) -> Result<(), DeviceError> {
+        if !matches!(self.engine, Engine::Uring(_)) {
+            return crate::write_in_groups(self, writes, depth);
+        }
+        let mut bulk = self.bulk.lock();
+        let mut ring = match bulk.take() {
+            Some(ring) if ring.is_mine() && ring.holds(depth) => ring,
+            _ => BulkRing::new(self.file.clone(), depth).map_err(|source| DeviceError::Open {
+                what: "a bulk ring on",
+                path: self.path.clone(),
+                source,
+            })?,
+        };
+        let written = ring.write_all(writes, self.size, depth);
+        *bulk = Some(ring);
+        written
     }
 
     /// `fdatasync` on the calling thread.
