@@ -128,6 +128,67 @@ async fn one_op(c: &Cluster, pool: PoolId, model: &mut Model, rng: &mut StdRng, 
     }
 }
 
+/// The thread that kills and restarts OSDs. Stopped and joined when
+/// dropped, so a failing test's cluster is the test's to tear down (and
+/// its logs are kept) rather than a detached thread's.
+struct Chaos {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u32>>,
+}
+
+impl Chaos {
+    fn start(cluster: Arc<TestCluster>, seed: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
+                let mut kills = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(rng.gen_range(1500..3000)));
+                    let osd = format!("osd.{}", rng.gen_range(0..3));
+                    cluster.kill9(&osd);
+                    kills += 1;
+                    std::thread::sleep(Duration::from_millis(rng.gen_range(500..2500)));
+                    if rng.gen_bool(0.5) {
+                        // A sweep while the OSD is down; it may not finish.
+                        let _ = cluster.cairn(&[
+                            "osd",
+                            "tier",
+                            "flush-evict-all",
+                            "cache",
+                            "--wait",
+                            "5",
+                        ]);
+                    }
+                    cluster.restart_missing();
+                }
+                kills
+            }
+        });
+        Chaos {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop; the number of kills.
+    fn finish(mut self) -> u32 {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().expect("joined once");
+        thread.join().expect("chaos thread")
+    }
+}
+
+impl Drop for Chaos {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
     let cluster = Arc::new(TestCluster::up(3));
@@ -174,37 +235,14 @@ async fn a_tiered_pool_loses_nothing_while_osds_are_killed() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut model: Model = BTreeMap::new();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let chaos = {
-        let cluster = cluster.clone();
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
-            let mut kills = 0;
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(rng.gen_range(1500..3000)));
-                let osd = format!("osd.{}", rng.gen_range(0..3));
-                cluster.kill9(&osd);
-                kills += 1;
-                std::thread::sleep(Duration::from_millis(rng.gen_range(500..2500)));
-                if rng.gen_bool(0.5) {
-                    // A sweep while the OSD is down; it may not finish.
-                    let _ =
-                        cluster.cairn(&["osd", "tier", "flush-evict-all", "cache", "--wait", "5"]);
-                }
-                cluster.restart_missing();
-            }
-            kills
-        })
-    };
+    let chaos = Chaos::start(cluster.clone(), seed);
     let start = Instant::now();
     let mut step = 0u64;
     while start.elapsed() < RUN {
         step += 1;
         one_op(&c, base, &mut model, &mut rng, step).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let kills = blocking("chaos", move || chaos.join().expect("chaos thread")).await;
+    let kills = blocking("chaos", move || chaos.finish()).await;
     eprintln!("{step} ops, {kills} OSD kills");
     assert!(kills >= 5, "only {kills} kills in {RUN:?}");
     assert!(step >= 200, "only {step} ops in {RUN:?}");

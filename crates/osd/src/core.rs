@@ -538,7 +538,7 @@ impl OsdCore {
     /// A client read started with `done` finished.
     pub fn read_done(&mut self, done: Done, result: ReadResult, io: &mut dyn OsdIo) {
         self.with_pg(done.pg, io, |pg, ctx| match pg.take_wait(done.id) {
-            Some(Wait::Read { act, op }) => pg.read_done(ctx, act, op, result),
+            Some(Wait::Read { act, op, counted }) => pg.read_done(ctx, (act, counted), op, result),
             Some(other) => unreachable!("pg {}: read completion for {other:?}", pg.id),
             None => {}
         });

@@ -223,8 +223,12 @@ pub(crate) enum Wait {
     },
     /// The primary's commit of objects it pulled.
     PullCommit { act: ActId, oids: Vec<String> },
-    /// A client read.
-    Read { act: ActId, op: ClientOp },
+    /// A client read; `counted` in its object's [`ObjState::reads`].
+    Read {
+        act: ActId,
+        op: ClientOp,
+        counted: bool,
+    },
     /// A copy of an object read for pushing.
     Copy {
         act: ActId,
@@ -292,6 +296,10 @@ pub(crate) struct PeerState {
 #[derive(Debug, Default)]
 pub(crate) struct ObjState {
     pub pending_writes: u32,
+    /// Reads of a cache pool's object running on the store: its eviction
+    /// waits for them (a read that started before the object left the
+    /// cache must still find it).
+    pub reads: u32,
     /// The object's version once its pending writes commit.
     pub version: Option<Version>,
     pub waiting: Vec<ClientOp>,

@@ -119,7 +119,7 @@ impl Pg {
         if mutation {
             self.do_write_tiered(ctx, op, None);
         } else {
-            self.do_read(ctx, op);
+            self.do_read(ctx, op, false);
         }
     }
 
@@ -279,7 +279,7 @@ impl Pg {
         let waiting = match primary.objects.get_mut(oid) {
             Some(obj) => {
                 let waiting = std::mem::take(&mut obj.waiting);
-                if obj.pending_writes == 0 {
+                if obj.pending_writes == 0 && obj.reads == 0 {
                     primary.objects.remove(oid);
                 }
                 waiting
@@ -291,25 +291,55 @@ impl Pg {
         }
     }
 
-    pub(crate) fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
-        let Some(act) = self.primary.as_ref().map(|p| p.act) else {
+    /// Read from the store; `counted`: in its object's
+    /// [`ObjState::reads`] until done (a cache pool's read, which an
+    /// eviction waits for).
+    pub(crate) fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, counted: bool) {
+        let Some(primary) = self.primary.as_mut() else {
             return self.hold(ctx, op);
         };
+        let act = primary.act;
+        if counted {
+            primary.objects.entry(op.op.oid.clone()).or_default().reads += 1;
+        }
         let id = ctx.id();
         let oid = ObjectId::new(self.id, op.op.oid.clone());
         let ops = op.op.ops.clone();
-        self.waits.insert(id, Wait::Read { act, op });
+        self.waits.insert(id, Wait::Read { act, op, counted });
         ctx.io.read(oid, ops, Done { pg: self.id, id });
+    }
+
+    /// A counted read of `oid` in term `act` ended: the last one lets an
+    /// eviction waiting for it go.
+    fn read_ended(&mut self, ctx: &mut Ctx<'_>, act: ActId, oid: &str) {
+        let Some(primary) = self.primary.as_mut().filter(|p| p.act == act) else {
+            return; // the term's object states went with it
+        };
+        let Some(obj) = primary.objects.get_mut(oid) else {
+            unreachable!("pg {}: a counted read of {oid:?} not counted", self.id);
+        };
+        assert!(obj.reads > 0, "pg {}: reads of {oid:?} below zero", self.id);
+        obj.reads -= 1;
+        if obj.reads > 0 {
+            return;
+        }
+        if obj.pending_writes == 0 && obj.waiting.is_empty() {
+            primary.objects.remove(oid);
+        }
+        self.reads_drained(ctx, oid);
     }
 
     /// A client read finished.
     pub(crate) fn read_done(
         &mut self,
         ctx: &mut Ctx<'_>,
-        act: ActId,
+        (act, counted): (ActId, bool),
         op: ClientOp,
         result: ReadResult,
     ) {
+        if counted {
+            self.read_ended(ctx, act, &op.op.oid);
+        }
         let result = match result {
             Ok(outputs) => Ok(outputs),
             Err(ReadFailure::Op(e)) => Err(e),
@@ -366,6 +396,11 @@ impl Pg {
         };
         if let Some(want) = tier.as_ref().and_then(|t| t.if_version) {
             if prior != Some(want) {
+                tracing::debug!(
+                    "pg {}: {:?} at {prior:?}, not {want}: left as it is",
+                    self.id,
+                    op.op.oid
+                );
                 // Written since it was flushed: it stays as it is (dirty),
                 // and the agent waits a flush age before trying it again.
                 let now = ctx.io.wall_secs();

@@ -265,6 +265,11 @@ impl Pg {
         version: Version,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
+        tracing::debug!(
+            "pg {}: flushed {oid:?} at {version} (evict {evict}, {origin:?}, {meta:?}): {:?}",
+            self.id,
+            result.as_ref().map(|_| ())
+        );
         match result {
             Ok(_) => {}
             // A whiteout of an object the base pool never had.
@@ -286,6 +291,11 @@ impl Pg {
             }
         }
         if evict {
+            // Client ops went on beside the flush; none may start on the
+            // object while it leaves the cache.
+            if let Some(busy) = self.tier_mut().and_then(|t| t.busy.get_mut(&oid)) {
+                busy.lets_local = false;
+            }
             return self.evict_now(ctx, &oid, origin, Some(version));
         }
         let clean = ObjMeta {
@@ -322,6 +332,26 @@ impl Pg {
         origin: Origin,
         if_version: Option<Version>,
     ) {
+        let reading = self
+            .primary
+            .as_ref()
+            .and_then(|p| p.objects.get(oid))
+            .is_some_and(|o| o.reads > 0);
+        if reading {
+            // A read that started while the object was here must find it:
+            // the eviction goes once the reads end ([`Pg::reads_drained`]).
+            if let Some(tier) = self.tier_mut() {
+                let earlier = tier
+                    .evict_after_reads
+                    .insert(oid.to_string(), (origin, if_version));
+                assert!(
+                    earlier.is_none(),
+                    "pg {}: two evictions of {oid:?} at once",
+                    self.id
+                );
+            }
+            return;
+        }
         if let Some(tier) = self.tier_mut() {
             tier.counters.evicts += 1;
             if origin == Origin::Sweep {
@@ -335,6 +365,19 @@ impl Pg {
             ..TierWrite::default()
         };
         self.internal_write(ctx, oid, vec![ObjOp::Remove], write, After::Done { origin });
+    }
+
+    /// The last read of `oid` running on the store ended: an eviction
+    /// waiting for it goes.
+    pub(crate) fn reads_drained(&mut self, ctx: &mut Ctx<'_>, oid: &str) {
+        let waiting = self
+            .primary
+            .as_mut()
+            .and_then(|p| p.tier.as_mut())
+            .and_then(|t| t.evict_after_reads.remove(oid));
+        if let Some((origin, if_version)) = waiting {
+            self.evict_now(ctx, oid, origin, if_version);
+        }
     }
 
     /// A flush or eviction could not be done: the object stays as it is;

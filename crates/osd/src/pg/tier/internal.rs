@@ -131,6 +131,11 @@ impl Pg {
         if let Err(e) = &result {
             tracing::warn!("pg {}: cache write to {oid:?} failed: {e}", self.id);
         }
+        tracing::debug!(
+            "pg {}: cache write {tid} to {oid:?} done ({after:?}): {:?}",
+            self.id,
+            result.as_ref().map(|_| ())
+        );
         match after {
             After::Replay(op) => {
                 let base = cache_of(ctx, self.id.pool).map(|(b, _, _)| b);

@@ -166,6 +166,9 @@ pub(crate) struct TierPg {
     pub index: Option<index::Index>,
     pub counters: TierStat,
     pub sweep: Option<flush::Sweep>,
+    /// Evictions waiting for reads of their object running on the store
+    /// ([`super::ObjState::reads`]): (who asked, the version to evict).
+    evict_after_reads: HashMap<String, (Origin, Option<Version>)>,
     /// The agent's flushes and evictions in flight.
     pub agent_flushing: usize,
     pub agent_evicting: usize,
@@ -344,6 +347,11 @@ impl Pg {
             };
         }
         let promote_after = |recency: u32| recency == 0 || seen >= recency as usize;
+        tracing::debug!(
+            "pg {}: {oid:?} {kind:?} ({}) on {state:?}, full {full}",
+            self.id,
+            op.op.reqid
+        );
         match state {
             CacheState::Whole(meta) => self.run_local(ctx, op, Some(meta)),
             CacheState::Whiteout(meta) => self.on_whiteout(ctx, op, meta),
@@ -433,7 +441,7 @@ impl Pg {
     /// Run the op on the cache's copy; `meta`: the object's state here.
     fn run_local(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, meta: Option<ObjMeta>) {
         if kind(&op.op.ops) == Kind::Read {
-            return self.do_read(ctx, op);
+            return self.do_read(ctx, op, true);
         }
         let now = ctx.io.wall_secs();
         let old = meta.clone().unwrap_or_default();
@@ -576,6 +584,18 @@ impl Pg {
         fill: Option<ObjMeta>,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
+        tracing::debug!(
+            "pg {}: promote {oid:?} (fill {:?}): base answered {}",
+            self.id,
+            fill,
+            match &result {
+                Ok(out) => match out.last() {
+                    Some(OpOutput::Copy(c)) => format!("{} bytes", c.data.len()),
+                    other => format!("{other:?}"),
+                },
+                Err(e) => e.to_string(),
+            }
+        );
         let copy = match result {
             Ok(mut out) => match out.pop() {
                 Some(OpOutput::Copy(copy)) => Some(copy),

@@ -140,6 +140,13 @@ impl Pg {
         ops: Vec<ClientOp>,
         result: Result<Vec<OpOutput>, OpError>,
     ) {
+        tracing::debug!(
+            "pg {}: {} ops on {:?} proxied: {:?}",
+            self.id,
+            ops.len(),
+            ops.first().map(|o| &o.op.oid),
+            result.as_ref().map(Vec::len)
+        );
         match result {
             Ok(outputs) => {
                 let want: usize = ops.iter().map(|o| o.op.ops.len()).sum();
