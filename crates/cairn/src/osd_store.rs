@@ -260,6 +260,10 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         block_cache_bytes: cache_options(conf).kv_bytes() / 2,
         memtable_bytes: (cache_options(conf).kv_bytes() / 4).max(4 << 20),
         options: conf.bluestore_rocksdb_options.clone(),
+        background_write_rate: match crate::device_info::detect_class(&paths.db) {
+            "hdd" => conf.bluestore_rocksdb_write_rate_hdd,
+            _ => conf.bluestore_rocksdb_write_rate_ssd,
+        },
         create,
     };
     let rocks = RocksKv::open(&paths.db, &opts)?;

@@ -577,6 +577,14 @@ section! {
         /// sync (or when this fills) instead of every version; 0 writes
         /// straight to RocksDB.
         bluestore_kv_buffer_bytes: u64 = 4 << 20, check any;
+        /// BlueStore on a rotational device: bytes per second RocksDB's
+        /// memtable flushes and compactions may write (0: unlimited).
+        /// Unpaced, the three OSDs' flushes and compactions land at once
+        /// and journal writes queue behind them for tens of milliseconds.
+        bluestore_rocksdb_write_rate_hdd: u64 = 16 << 20, check any;
+        /// As `bluestore_rocksdb_write_rate_hdd`, on an SSD or NVMe device
+        /// (or one whose class is unknown).
+        bluestore_rocksdb_write_rate_ssd: u64 = 0, check any;
         /// BlueStore: how device I/O is submitted.
         bluestore_io_engine: IoEngineKind = IoEngineKind::Uring, check any;
         /// For tests and benchmarks only, never in production: serve the

@@ -36,6 +36,9 @@ pub struct RocksKvOptions {
     pub memtable_bytes: u64,
     /// A RocksDB options string (see [`parse_options_string`]).
     pub options: String,
+    /// Bytes per second RocksDB's flushes and compactions may write (its
+    /// rate limiter); 0: as fast as they can.
+    pub background_write_rate: u64,
     /// Create the database if it does not exist (mkfs); otherwise opening a
     /// missing database is an error.
     pub create: bool,
@@ -48,6 +51,7 @@ impl Default for RocksKvOptions {
             block_cache_bytes: 64 << 20,
             memtable_bytes: 32 << 20,
             options: String::new(),
+            background_write_rate: 0,
             create: false,
         }
     }
@@ -126,6 +130,12 @@ impl RocksKv {
                 .map_err(|e| open_err(format!("cannot load its options: {e}")))?;
         db_options.set_env(&env);
         db_options.create_if_missing(false);
+        if options.background_write_rate > 0 {
+            // Not part of the options file: set at every open. Refilled
+            // every 100 ms (RocksDB's default), fairness 10 (its default).
+            let rate = i64::try_from(options.background_write_rate).unwrap_or(i64::MAX);
+            db_options.set_ratelimiter(rate, 100_000, 10);
+        }
         let db = DB::open_cf_descriptors(&db_options, path, families)
             .map_err(|e| open_err(e.to_string()))?;
         tracing::debug!(path = %path.display(), options = %parsed.rocksdb, "opened RocksDB");

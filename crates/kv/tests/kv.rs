@@ -299,3 +299,44 @@ fn rocksdb_reopens_with_a_separate_wal_dir() {
     assert_eq!(kv.get(b"kept").unwrap().as_deref(), Some(&b"yes"[..]));
     assert!(!kv.stats().is_empty());
 }
+
+#[test]
+fn rocksdb_paces_its_flushes_at_the_background_write_rate() {
+    // 2 MiB of WAL-less writes, flushed by `sync` at 1 MiB/s, take more
+    // than a second. A rate limiter only ever slows: a lower bound that
+    // a slow machine cannot break.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = RocksKvOptions {
+        create: true,
+        background_write_rate: 1 << 20,
+        ..Default::default()
+    };
+    let kv = RocksKv::open(dir.path(), &opts).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut b = Batch::new();
+    for i in 0..512u32 {
+        let value: Vec<u8> = (0..4096).map(|_| rng.gen()).collect();
+        b.put(i.to_be_bytes().to_vec(), value);
+    }
+    kv.write(b, false).unwrap();
+    let start = std::time::Instant::now();
+    kv.sync().unwrap();
+    let took = start.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(1000),
+        "2 MiB flushed in {took:?} at 1 MiB/s"
+    );
+    drop(kv);
+    let kv = RocksKv::open(
+        dir.path(),
+        &RocksKvOptions {
+            create: false,
+            ..opts
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        kv.get(&511u32.to_be_bytes()).unwrap().map(|v| v.len()),
+        Some(4096)
+    );
+}
