@@ -15,9 +15,11 @@
 mod backfill;
 mod catch_up;
 pub mod log;
+mod mutation;
 mod ops;
 mod peering;
 pub mod persist;
+mod read;
 mod recovery;
 mod replica;
 mod scrub;

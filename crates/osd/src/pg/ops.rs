@@ -20,13 +20,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cairn_map::FullState;
-use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction, MAX_OBJECT_SIZE};
+use cairn_store::{ObjectId, ObjectStore};
 use cairn_types::{OsdId, PgId, Version};
 use cairn_wire::{ActId, LogEntry, LogOp, ObjOp, OpError, OpOutput, PgBody};
 
-use super::persist::{self, VERSION_ATTR};
+use super::mutation::{self, needs_object_state};
+use super::persist;
 use super::{reply, tier, ClientOp, Ctx, Pg, Phase, Wait, MAX_WAITING_OPS};
-use crate::io::{store_error, Done, ReadFailure, ReadResult};
+use crate::io::store_error;
 
 /// A write in flight on the primary.
 #[derive(Debug)]
@@ -44,22 +45,6 @@ pub(crate) struct Inflight {
     pub arrived: Duration,
     pub submitted: Duration,
     pub last_ack: Option<(OsdId, Duration)>,
-}
-
-/// Does this request need the object's current state to build its
-/// transaction (or, for reads, to see every acknowledged write)?
-fn needs_object_state(ops: &[ObjOp]) -> bool {
-    ops.iter().any(|op| {
-        matches!(
-            op,
-            ObjOp::Zero { .. }
-                | ObjOp::Remove
-                | ObjOp::Create { .. }
-                | ObjOp::OmapInsert { .. }
-                | ObjOp::OmapRm { .. }
-                | ObjOp::CopyPut(_)
-        ) || !op.is_mutation()
-    })
 }
 
 /// Most bytes of omap a request may set while an OSD of the PG is full.
@@ -124,7 +109,7 @@ impl Pg {
     }
 
     /// Hold `op` until the PG serves; refuse it if too many wait.
-    fn hold(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
+    pub(super) fn hold(&mut self, ctx: &mut Ctx<'_>, op: ClientOp) {
         if self.waiting_active.len() >= MAX_WAITING_OPS {
             let epoch = ctx.map.epoch;
             return reply(ctx, &op, Err(OpError::Retry { epoch }));
@@ -291,71 +276,6 @@ impl Pg {
         }
     }
 
-    /// Read from the store; `counted`: in its object's
-    /// [`ObjState::reads`] until done (a cache pool's read, which an
-    /// eviction waits for).
-    pub(crate) fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, counted: bool) {
-        let Some(primary) = self.primary.as_mut() else {
-            return self.hold(ctx, op);
-        };
-        let act = primary.act;
-        if counted {
-            primary.objects.entry(op.op.oid.clone()).or_default().reads += 1;
-        }
-        let id = ctx.id();
-        let oid = ObjectId::new(self.id, op.op.oid.clone());
-        let ops = op.op.ops.clone();
-        self.waits.insert(id, Wait::Read { act, op, counted });
-        ctx.io.read(oid, ops, Done { pg: self.id, id });
-    }
-
-    /// A counted read of `oid` in term `act` ended: the last one lets an
-    /// eviction waiting for it go.
-    fn read_ended(&mut self, ctx: &mut Ctx<'_>, act: ActId, oid: &str) {
-        let Some(primary) = self.primary.as_mut().filter(|p| p.act == act) else {
-            return; // the term's object states went with it
-        };
-        let Some(obj) = primary.objects.get_mut(oid) else {
-            unreachable!("pg {}: a counted read of {oid:?} not counted", self.id);
-        };
-        assert!(obj.reads > 0, "pg {}: reads of {oid:?} below zero", self.id);
-        obj.reads -= 1;
-        if obj.reads > 0 {
-            return;
-        }
-        if obj.pending_writes == 0 && obj.waiting.is_empty() {
-            primary.objects.remove(oid);
-        }
-        self.reads_drained(ctx, oid);
-    }
-
-    /// A client read finished.
-    pub(crate) fn read_done(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        (act, counted): (ActId, bool),
-        op: ClientOp,
-        result: ReadResult,
-    ) {
-        if counted {
-            self.read_ended(ctx, act, &op.op.oid);
-        }
-        let result = match result {
-            Ok(outputs) => Ok(outputs),
-            Err(ReadFailure::Op(e)) => Err(e),
-            Err(ReadFailure::Damaged(what)) => {
-                if self.primary.as_ref().map(|p| p.act) == Some(act) {
-                    return self.read_repair(ctx, op, what);
-                }
-                // Peering started meanwhile: the client resends, and the
-                // next activation repairs the copy when it is read again.
-                let epoch = ctx.map.epoch;
-                Err(OpError::Retry { epoch })
-            }
-        };
-        reply(ctx, &op, result);
-    }
-
     /// Apply a mutation; `tier`: how it changes the object's cache state
     /// (on a cache pool).
     pub(crate) fn do_write_tiered(
@@ -412,10 +332,11 @@ impl Pg {
             }
         }
         let fresh = tier.as_ref().is_some_and(|t| t.fresh);
-        let (mut data, mut exists) = match build_mutation(store, &oid, &op.op.ops, version, fresh) {
-            Ok(built) => built,
-            Err(e) => return reply(ctx, &op, Err(e)),
-        };
+        let (mut data, mut exists) =
+            match mutation::build_mutation(store, &oid, &op.op.ops, version, fresh) {
+                Ok(built) => built,
+                Err(e) => return reply(ctx, &op, Err(e)),
+            };
         if let Some(t) = &tier {
             exists = self.apply_tier_write(ctx, &oid, t, version, &mut data, exists, &op.op.ops);
         }
@@ -643,148 +564,4 @@ fn report_if_slow(pg: PgId, ctx: &Ctx<'_>, version: Version, w: &Inflight) {
         ms(held),
         ms(local)
     );
-}
-
-/// Turn a request's mutations into a store transaction. Returns the
-/// transaction and whether the object exists after it.
-fn build_mutation(
-    store: &dyn ObjectStore,
-    oid: &ObjectId,
-    ops: &[ObjOp],
-    version: Version,
-    fresh: bool,
-) -> Result<(Transaction, bool), OpError> {
-    let mut txn = Transaction::new();
-    let mut size = None;
-    if fresh {
-        // Whatever is here (a cache's whiteout) goes; the ops see nothing.
-        match store.stat(oid) {
-            Ok(_) => {
-                txn.remove(oid);
-            }
-            Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(store_error(e)),
-        }
-    } else if needs_object_state(ops) {
-        size = match store.stat(oid) {
-            Ok(stat) => Some(stat.size),
-            Err(StoreError::NotFound(_)) => None,
-            Err(e) => return Err(store_error(e)),
-        };
-    }
-    for op in ops {
-        if let ObjOp::OmapCmp { key, value } = op {
-            crate::io::omap_cmp(store, oid, key, value.as_deref())?;
-        }
-    }
-    let mut exists = size.is_some();
-    for op in ops {
-        match op {
-            ObjOp::Write { offset, data } => {
-                if offset.saturating_add(data.len() as u64) > MAX_OBJECT_SIZE {
-                    return Err(OpError::Invalid(
-                        "write past the maximum object size".into(),
-                    ));
-                }
-                txn.write(oid, *offset, data.clone());
-                let end = offset + data.len() as u64;
-                size = Some(size.unwrap_or(0).max(end));
-                exists = true;
-            }
-            ObjOp::Zero { offset, len } => {
-                let Some(cur) = size.filter(|_| exists) else {
-                    continue;
-                };
-                let end = offset.saturating_add(*len).min(cur);
-                if *offset >= end {
-                    continue;
-                }
-                if end == cur {
-                    txn.truncate(oid, *offset);
-                    size = Some(*offset);
-                } else {
-                    txn.zero(oid, *offset, end - offset);
-                }
-            }
-            ObjOp::Truncate { size: new_size } => {
-                txn.truncate(oid, *new_size);
-                size = Some(*new_size);
-                exists = true;
-            }
-            ObjOp::Remove => {
-                if !exists {
-                    return Err(OpError::NotFound);
-                }
-                txn.remove(oid);
-                exists = false;
-                size = None;
-            }
-            ObjOp::Create { exclusive } => {
-                if exists && *exclusive {
-                    return Err(OpError::Exists);
-                }
-                txn.touch(oid);
-                exists = true;
-                size = Some(size.unwrap_or(0));
-            }
-            ObjOp::SetAttr { key, value } => {
-                if key.starts_with('_') {
-                    return Err(OpError::Invalid(format!("attribute {key:?} is reserved")));
-                }
-                txn.set_attr(oid, key, value.clone());
-                exists = true;
-            }
-            ObjOp::OmapSet { entries } => {
-                txn.omap_set(oid, entries.clone());
-                exists = true;
-            }
-            ObjOp::OmapInsert { entries } => {
-                if exists {
-                    let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
-                    let found = store.omap_get(oid, &keys).map_err(store_error)?;
-                    if !found.is_empty() {
-                        return Err(OpError::Exists);
-                    }
-                }
-                txn.omap_set(oid, entries.clone());
-                exists = true;
-            }
-            ObjOp::OmapRm { keys } => {
-                if exists {
-                    txn.omap_rm(oid, keys.clone());
-                }
-            }
-            ObjOp::OmapCmp { .. } => {}
-            ObjOp::CopyPut(copy) => {
-                if copy.data.len() as u64 > MAX_OBJECT_SIZE {
-                    return Err(OpError::Invalid(
-                        "copy larger than the maximum object size".into(),
-                    ));
-                }
-                if exists {
-                    txn.remove(oid);
-                }
-                txn.touch(oid);
-                if !copy.data.is_empty() {
-                    txn.write(oid, 0, copy.data.clone());
-                }
-                for (key, value) in &copy.attrs {
-                    if key.starts_with('_') {
-                        return Err(OpError::Invalid(format!("attribute {key:?} is reserved")));
-                    }
-                    txn.set_attr(oid, key, value.clone());
-                }
-                if !copy.omap.is_empty() {
-                    txn.omap_set(oid, copy.omap.clone());
-                }
-                exists = true;
-                size = Some(copy.data.len() as u64);
-            }
-            _ => return Err(OpError::Invalid("read op in a write request".into())),
-        }
-    }
-    if exists {
-        txn.set_attr(oid, VERSION_ATTR, persist::encode(&version));
-    }
-    Ok((txn, exists))
 }
