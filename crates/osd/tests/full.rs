@@ -7,6 +7,8 @@
 //! a resent request that was applied before the OSD filled up gets its
 //! outcome, not `NoSpace`; when the map no longer says full, writes run.
 
+mod common;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use cairn_store::memstore::MemStore;
 use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction};
 use cairn_types::{Epoch, OsdId, PgId, ReqId};
 use cairn_wire::{ObjOp, OpError, OpOutput, OsdOp, OsdOpReply, PgMessage};
+use common::ready;
 
 /// What the core asked for, handled by [`Harness::pump`].
 enum Effect {
@@ -32,15 +35,6 @@ struct FakeIo {
     store: MemStore,
     effects: VecDeque<Effect>,
     replies: Vec<OsdOpReply>,
-}
-
-fn ready<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("an in-memory store operation did not complete"),
-    }
 }
 
 impl OsdIo for FakeIo {

@@ -11,6 +11,8 @@
 //! (the flush's base write lands while the read is in flight) and for a
 //! clean one (evicted at once by the sweep).
 
+mod common;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use cairn_store::memstore::MemStore;
 use cairn_store::{ObjectId, ObjectStore, StoreError, Transaction};
 use cairn_types::{Epoch, OsdId, PgId, PoolId, ReqId};
 use cairn_wire::{ObjOp, ObjectData, OpError, OpOutput, OsdOp, OsdOpReply, PgMessage};
+use common::ready;
 
 /// What the core asked for, handled by [`Harness::pump`]. Client reads
 /// are not among them: they wait in [`FakeIo::held`].
@@ -41,15 +44,6 @@ struct FakeIo {
     /// Client reads dispatched to the store, not yet run.
     held: Vec<(ObjectId, Vec<ObjOp>, Done)>,
     replies: Vec<OsdOpReply>,
-}
-
-fn ready<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("an in-memory store operation did not complete"),
-    }
 }
 
 impl OsdIo for FakeIo {
@@ -341,6 +335,19 @@ fn data_of(result: Result<Vec<OpOutput>, OpError>) -> Result<Bytes, OpError> {
     }
 }
 
+impl Harness {
+    /// Let the held read run: it finds the data, and the object leaves
+    /// the cache once it is over. The finished sweep's counters.
+    fn release_read_then_evicted(&mut self, tid: u64) -> serde_json::Value {
+        self.release_reads();
+        let reply = self.reply(tid).expect("no reply to the held read");
+        assert_eq!(data_of(reply), Ok(Bytes::from_static(DATA)));
+        self.settle();
+        assert!(!self.cached("o"), "not evicted once the read ended");
+        self.sweep_done()
+    }
+}
+
 #[test]
 fn a_read_in_flight_when_its_flushed_object_is_evicted_still_finds_it() {
     let mut h = Harness::new();
@@ -358,12 +365,7 @@ fn a_read_in_flight_when_its_flushed_object_is_evicted_still_finds_it() {
     assert_eq!(h.base.get("o").map(Vec::as_slice), Some(DATA), "flushed");
     assert!(h.reply(tid).is_none(), "the read was answered while held");
 
-    h.release_reads();
-    let reply = h.reply(tid).expect("no reply to the held read");
-    assert_eq!(data_of(reply), Ok(Bytes::from_static(DATA)));
-    h.settle();
-    assert!(!h.cached("o"), "not evicted once the read ended");
-    let sweep = h.sweep_done();
+    let sweep = h.release_read_then_evicted(tid);
     assert_eq!(sweep["flushed"], 1);
     assert_eq!(sweep["evicted"], 1);
     assert_eq!(sweep["failed"], 0);
@@ -391,12 +393,7 @@ fn a_read_in_flight_when_its_clean_object_is_evicted_still_finds_it() {
     h.pump();
     assert!(h.reply(tid).is_none(), "the read was answered while held");
 
-    h.release_reads();
-    let reply = h.reply(tid).expect("no reply to the held read");
-    assert_eq!(data_of(reply), Ok(Bytes::from_static(DATA)));
-    h.settle();
-    assert!(!h.cached("o"), "not evicted once the read ended");
-    let sweep = h.sweep_done();
+    let sweep = h.release_read_then_evicted(tid);
     assert_eq!(sweep["flushed"], 0, "a clean object is not flushed");
     assert_eq!(sweep["evicted"], 1);
     assert_eq!(h.base.get("o").map(Vec::as_slice), Some(DATA));
