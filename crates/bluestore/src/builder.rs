@@ -10,7 +10,7 @@
 //! The data paths (deferred and copy-on-write writes, zeroing, truncation)
 //! are in `write`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,7 +39,7 @@ pub(crate) struct Builder<'a> {
     pub inner: &'a Inner,
     pub st: &'a mut State,
     pub seq: u64,
-    pub work: HashMap<ObjectId, Work>,
+    pub work: foldhash::HashMap<ObjectId, Work>,
     /// Objects in the order first touched (the batch is written in it).
     order: Vec<ObjectId>,
     /// Key-value changes other than onodes and shards, in op order.
@@ -48,7 +48,7 @@ pub(crate) struct Builder<'a> {
     pub writes: Vec<(u64, AlignedBuf)>,
     /// Every block this transaction writes, by device offset: what
     /// read-modify-write inside the transaction must see.
-    pub staged: HashMap<u64, Bytes>,
+    pub staged: foldhash::HashMap<u64, Bytes>,
     /// Of those, the ones written in place after the commit (deferred).
     pub deferred: BTreeSet<u64>,
     /// Of those, blocks of large new blobs: not kept in the cache once
@@ -71,11 +71,11 @@ impl<'a> Builder<'a> {
             inner,
             st,
             seq,
-            work: HashMap::new(),
+            work: Default::default(),
             order: Vec::new(),
             batch: Batch::new(),
             writes: Vec::new(),
-            staged: HashMap::new(),
+            staged: Default::default(),
             deferred: BTreeSet::new(),
             uncached: BTreeSet::new(),
             allocated: Vec::new(),

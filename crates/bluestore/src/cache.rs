@@ -13,7 +13,6 @@
 //! the data cache's size. Sharded by block number so readers and writers
 //! rarely meet on one lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -33,7 +32,7 @@ struct Pinned {
 }
 
 struct BufferShard {
-    pinned: HashMap<u64, Pinned>,
+    pinned: foldhash::HashMap<u64, Pinned>,
     clean: LruCache<u64, Bytes>,
     capacity: usize,
 }
@@ -52,7 +51,7 @@ impl BufferCache {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(BufferShard {
-                    pinned: HashMap::new(),
+                    pinned: Default::default(),
                     clean: LruCache::unbounded(),
                     capacity: per,
                 })

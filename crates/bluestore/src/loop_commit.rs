@@ -28,7 +28,6 @@
 //! record in flight unreaped (detaching, or the task being dropped with its
 //! runtime, reaps every one on the calling thread).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -45,7 +44,7 @@ pub(crate) struct LoopCommits {
     ring: LoopRing,
     /// Records written through the ring, by sequence number, until their
     /// completion is reaped.
-    in_flight: Mutex<HashMap<u64, InFlight>>,
+    in_flight: Mutex<foldhash::HashMap<u64, InFlight>>,
     /// Wakes the task: a transaction queued, or detaching.
     pub wake: Notify,
     /// Submitters wake the task, not the commit thread. Cleared (under
@@ -80,7 +79,7 @@ pub(crate) fn attach(inner: &Arc<Inner>) -> Result<bool, String> {
     };
     let lc = Arc::new(LoopCommits {
         ring,
-        in_flight: Mutex::new(HashMap::new()),
+        in_flight: Mutex::new(Default::default()),
         wake: Notify::new(),
         attached: AtomicBool::new(true),
         stalled: AtomicBool::new(false),

@@ -12,7 +12,6 @@
 //! holds released space back until reads that started before the release
 //! are done (see `pipeline`).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -163,7 +162,7 @@ pub(crate) struct Sources<'a> {
     pub device: &'a Arc<dyn BlockDevice>,
     pub cache: &'a BufferCache,
     /// Blocks written earlier in the transaction being built.
-    pub staged: Option<&'a HashMap<u64, Bytes>>,
+    pub staged: Option<&'a foldhash::HashMap<u64, Bytes>>,
     pub perf: &'a Perf,
     /// The store's event loop reads through this ring when it is the
     /// caller (see `cairn_device::LoopReader`); everyone else, and the

@@ -342,7 +342,7 @@ pub struct Pg {
     pub(crate) primary: Option<Box<PrimaryState>>,
     /// The primary and activation this member accepts RepOps for.
     pub(crate) replica_act: Option<(OsdId, ActId)>,
-    pub(crate) waits: HashMap<u64, Wait>,
+    pub(crate) waits: foldhash::HashMap<u64, Wait>,
     /// Transactions submitted and not yet durable.
     pub(crate) uncommitted: usize,
     /// Peering requests held until every submitted transaction is durable
@@ -442,7 +442,7 @@ impl Pg {
             phase: Phase::Idle,
             primary: None,
             replica_act: None,
-            waits: HashMap::new(),
+            waits: Default::default(),
             uncommitted: 0,
             deferred: Vec::new(),
             waiting_active: VecDeque::new(),
