@@ -260,10 +260,10 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         block_cache_bytes: cache_options(conf).kv_bytes() / 2,
         memtable_bytes: (cache_options(conf).kv_bytes() / 4).max(4 << 20),
         options: conf.bluestore_rocksdb_options.clone(),
-        background_write_rate: match crate::device_info::detect_class(&paths.db) {
-            "hdd" => conf.bluestore_rocksdb_write_rate_hdd,
-            _ => conf.bluestore_rocksdb_write_rate_ssd,
-        },
+        background_write_rate: rocksdb_write_rate(
+            conf,
+            crate::device_info::detect_class(&paths.db),
+        ),
         create,
     };
     let rocks = RocksKv::open(&paths.db, &opts)?;
@@ -271,6 +271,16 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         0 => Arc::new(rocks),
         limit => Arc::new(BufferedKv::new(rocks, limit as usize)),
     })
+}
+
+/// RocksDB's background write rate for a database on a device of `class`
+/// (`hdd`, `ssd`, `nvme`): paced on spinning disks, where a burst of table
+/// files holds the journal's writes up; 0 is unlimited.
+fn rocksdb_write_rate(conf: &OsdConfig, class: &str) -> u64 {
+    match class {
+        "hdd" => conf.bluestore_rocksdb_write_rate_hdd,
+        _ => conf.bluestore_rocksdb_write_rate_ssd,
+    }
 }
 
 fn cache_options(conf: &OsdConfig) -> CacheOptions {
@@ -390,4 +400,24 @@ pub fn fsck(dir: &Path, conf: &OsdConfig, deep: bool, repair: bool) -> Result<Fs
     }
     let store = open_bluestore(dir, conf)?;
     Ok(store.fsck(deep, repair)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rocksdb_is_paced_by_the_class_of_its_device() {
+        let conf = OsdConfig {
+            bluestore_rocksdb_write_rate_hdd: 7,
+            bluestore_rocksdb_write_rate_ssd: 9,
+            ..OsdConfig::default()
+        };
+        assert_eq!(rocksdb_write_rate(&conf, "hdd"), 7);
+        assert_eq!(rocksdb_write_rate(&conf, "ssd"), 9);
+        assert_eq!(rocksdb_write_rate(&conf, "nvme"), 9);
+        let defaults = OsdConfig::default();
+        assert_eq!(rocksdb_write_rate(&defaults, "hdd"), 16 << 20);
+        assert_eq!(rocksdb_write_rate(&defaults, "ssd"), 0, "unlimited");
+    }
 }
