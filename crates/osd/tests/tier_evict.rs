@@ -182,12 +182,14 @@ impl Harness {
             next_tid: 1,
         };
         h.publish(|_| {});
-        let active = h
-            .core
-            .pg(h.cache_pg)
-            .is_some_and(|pg| pg.stat().state.starts_with("active"));
-        assert!(active, "the cache PG never went active");
+        assert!(h.active(), "the cache PG never went active");
         h
+    }
+
+    fn active(&self) -> bool {
+        self.core
+            .pg(self.cache_pg)
+            .is_some_and(|pg| pg.stat().state.starts_with("active"))
     }
 
     /// A new epoch with `change` applied, given to the core.
@@ -397,5 +399,31 @@ fn a_read_in_flight_when_its_clean_object_is_evicted_still_finds_it() {
     assert_eq!(sweep["flushed"], 0, "a clean object is not flushed");
     assert_eq!(sweep["evicted"], 1);
     assert_eq!(h.base.get("o").map(Vec::as_slice), Some(DATA));
+    assert_eq!(h.read("o"), Ok(Bytes::from_static(DATA)));
+}
+
+#[test]
+fn a_read_that_began_in_an_earlier_primary_term_is_answered_retry() {
+    // What guarded it (the term's count of reads in flight) went with the
+    // term: a new term's eviction could overtake it, so it is not answered
+    // from the store.
+    let mut h = Harness::new();
+    h.write_dirty("o");
+    let tid = h.send("o", read_all());
+    assert_eq!(h.io.held.len(), 1, "the read did not reach the store");
+    // The OSD marked down and back up: a new interval, so a new primary
+    // term on the same OSD.
+    h.publish(|m| {
+        m.mark_down(0);
+    });
+    h.publish(|m| m.osd_boot(0, "osd0".into(), WEIGHT_ONE));
+    assert!(h.active(), "the PG did not go active again");
+    assert!(h.reply(tid).is_none(), "the read was answered while held");
+    h.release_reads();
+    match h.reply(tid) {
+        Some(Err(OpError::Retry { .. })) => {}
+        other => panic!("a read of the earlier term answered {other:?}"),
+    }
+    // Resent, it finds the data.
     assert_eq!(h.read("o"), Ok(Bytes::from_static(DATA)));
 }

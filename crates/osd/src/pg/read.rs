@@ -22,7 +22,13 @@ impl Pg {
         };
         let act = primary.act;
         if counted {
-            primary.objects.entry(op.op.oid.clone()).or_default().reads += 1;
+            match primary.objects.get_mut(&op.op.oid) {
+                Some(obj) => obj.reads += 1,
+                None => {
+                    let obj = primary.objects.entry(op.op.oid.clone()).or_default();
+                    obj.reads = 1;
+                }
+            }
         }
         let id = ctx.id();
         let oid = ObjectId::new(self.id, op.op.oid.clone());
@@ -51,7 +57,10 @@ impl Pg {
         self.reads_drained(ctx, oid);
     }
 
-    /// A client read finished.
+    /// A client read finished. One that began in an earlier primary term
+    /// is answered `Retry` (the client resends): the store may have
+    /// changed under it since, in ways that term's bookkeeping no longer
+    /// guards (an eviction of the new term, a split moving its object).
     pub(crate) fn read_done(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -59,22 +68,27 @@ impl Pg {
         op: ClientOp,
         result: ReadResult,
     ) {
-        if counted {
-            self.read_ended(ctx, act, &op.op.oid);
+        let counted = counted.then(|| op.op.oid.clone());
+        if self.primary.as_ref().map(|p| p.act) != Some(act) {
+            let epoch = ctx.map.epoch;
+            return reply(ctx, &op, Err(OpError::Retry { epoch }));
         }
         let result = match result {
             Ok(outputs) => Ok(outputs),
             Err(ReadFailure::Op(e)) => Err(e),
             Err(ReadFailure::Damaged(what)) => {
-                if self.primary.as_ref().map(|p| p.act) == Some(act) {
-                    return self.read_repair(ctx, op, what);
+                // Repaired first (the object becomes missing here, so an
+                // eviction waiting for this read queues behind the repair).
+                self.read_repair(ctx, op, what);
+                if let Some(oid) = counted {
+                    self.read_ended(ctx, act, &oid);
                 }
-                // Peering started meanwhile: the client resends, and the
-                // next activation repairs the copy when it is read again.
-                let epoch = ctx.map.epoch;
-                Err(OpError::Retry { epoch })
+                return;
             }
         };
+        if let Some(oid) = counted {
+            self.read_ended(ctx, act, &oid);
+        }
         reply(ctx, &op, result);
     }
 }
