@@ -37,6 +37,6 @@ start=$(date -u +%Y-%m-%dT%H:%M:%S.%N)
 "$cairn" "${conf[@]}" bench --image rbd/tails --rw randwrite --bs 4k --iodepth "$qd" \
   --runtime "$runtime" --ramp 0
 echo "writes slower than $slow ms, per 100 ms (time UTC, count):"
-cat "$dir"/osd.*.log | grep "slow write" | awk -v s="$start" '$1 > s { print substr($1, 12, 10) }' \
+{ grep -h "slow write" "$dir"/osd.*.log || true; } | awk -v s="$start" '$1 > s { print substr($1, 12, 10) }' \
   | sort | uniq -c | awk '{ print "  " $2 "  " $1 }'
 [ -n "$keep" ] || { "$cairn" cluster down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }

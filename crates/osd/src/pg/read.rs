@@ -68,7 +68,6 @@ impl Pg {
         op: ClientOp,
         result: ReadResult,
     ) {
-        let counted = counted.then(|| op.op.oid.clone());
         if self.primary.as_ref().map(|p| p.act) != Some(act) {
             let epoch = ctx.map.epoch;
             return reply(ctx, &op, Err(OpError::Retry { epoch }));
@@ -79,15 +78,16 @@ impl Pg {
             Err(ReadFailure::Damaged(what)) => {
                 // Repaired first (the object becomes missing here, so an
                 // eviction waiting for this read queues behind the repair).
+                let oid = counted.then(|| op.op.oid.clone());
                 self.read_repair(ctx, op, what);
-                if let Some(oid) = counted {
+                if let Some(oid) = oid {
                     self.read_ended(ctx, act, &oid);
                 }
                 return;
             }
         };
-        if let Some(oid) = counted {
-            self.read_ended(ctx, act, &oid);
+        if counted {
+            self.read_ended(ctx, act, &op.op.oid);
         }
         reply(ctx, &op, result);
     }
