@@ -54,6 +54,9 @@ pub(crate) struct Builder<'a> {
     /// Of those, blocks of large new blobs: not kept in the cache once
     /// written (large writes would push out what is more likely read).
     pub uncached: BTreeSet<u64>,
+    /// Of those, blocks whose bytes are a buffer of their own, not a slice
+    /// of a larger one: cached as they are once written, without a copy.
+    pub own: foldhash::HashSet<u64>,
     pub allocated: Vec<PExtent>,
     pub released: Vec<PExtent>,
     colls: BTreeSet<Collection>,
@@ -78,11 +81,23 @@ impl<'a> Builder<'a> {
             staged: Default::default(),
             deferred: BTreeSet::new(),
             uncached: BTreeSet::new(),
+            own: Default::default(),
             allocated: Vec::new(),
             released: Vec::new(),
             colls: BTreeSet::new(),
             objects_delta: 0,
             nids_before,
+        }
+    }
+
+    /// `bytes` as the newest content of the block at `phys` in this
+    /// transaction; `own` says they are a buffer of their own.
+    pub fn stage(&mut self, phys: u64, bytes: Bytes, own: bool) {
+        self.staged.insert(phys, bytes);
+        if own {
+            self.own.insert(phys);
+        } else {
+            self.own.remove(&phys);
         }
     }
 
@@ -393,7 +408,9 @@ impl<'a> Builder<'a> {
             .filter(|(phys, _)| !self.deferred.contains(phys))
             .map(|(&phys, data)| {
                 let pin = inner.cache.new_pin();
-                inner.cache.pin(phys, data.clone(), pin);
+                inner
+                    .cache
+                    .pin(phys, data.clone(), pin, self.own.contains(&phys));
                 (phys, pin, !self.uncached.contains(&phys))
             })
             .collect();
@@ -433,7 +450,9 @@ impl<'a> Builder<'a> {
                 continue;
             };
             let pin = inner.cache.new_pin();
-            inner.cache.pin(phys, data.clone(), pin);
+            inner
+                .cache
+                .pin(phys, data.clone(), pin, self.own.contains(&phys));
             writes.push((phys, data.clone(), pin));
         }
         let bytes = writes.len() as u64 * crate::onode::BLOCK;

@@ -29,6 +29,8 @@ struct Pinned {
     data: Bytes,
     /// Which write pinned it; only that write's completion unpins it.
     pin: u64,
+    /// `data` is a buffer of its own (see `put_clean`).
+    own: bool,
 }
 
 struct BufferShard {
@@ -109,12 +111,14 @@ impl BufferCache {
 
     /// Hold `data` as the newest content of the block at `phys` until
     /// [`unpin`](Self::unpin) with the same `pin`.
-    pub fn pin(&self, phys: u64, data: Bytes, pin: u64) {
+    /// `own` says `data` is a buffer of its own, which the cache may keep
+    /// without a copy once unpinned (see `put_clean`).
+    pub fn pin(&self, phys: u64, data: Bytes, pin: u64, own: bool) {
         debug_assert_eq!(data.len() as u64, BLOCK);
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
         s.clean.pop(&block);
-        s.pinned.insert(block, Pinned { data, pin });
+        s.pinned.insert(block, Pinned { data, pin, own });
     }
 
     /// The write `pin` reached the device: the block becomes a clean copy
@@ -126,7 +130,7 @@ impl BufferCache {
         if s.pinned.get(&block).is_some_and(|p| p.pin == pin) {
             if let Some(p) = s.pinned.remove(&block) {
                 if keep {
-                    Self::put_clean(&mut s, block, p.data, false);
+                    Self::put_clean(&mut s, block, p.data, p.own);
                 }
             }
         }
@@ -324,9 +328,9 @@ mod tests {
         let a = Bytes::from(vec![1u8; BLOCK as usize]);
         let b = Bytes::from(vec![2u8; BLOCK as usize]);
         let p1 = c.new_pin();
-        c.pin(0, a.clone(), p1);
+        c.pin(0, a.clone(), p1, false);
         let p2 = c.new_pin();
-        c.pin(0, b.clone(), p2);
+        c.pin(0, b.clone(), p2, false);
         c.unpin(0, p1, true); // an older write finishing does not unpin the newer
         assert_eq!(c.get(0), Some(b.clone()));
         assert_eq!(c.usage(), (0, BLOCK));
@@ -337,6 +341,26 @@ mod tests {
         assert_eq!(c.get(0), None);
         c.forget(SHARDS as u64 * BLOCK, BLOCK);
         assert_eq!(c.usage(), (0, 0));
+    }
+
+    #[test]
+    fn unpinned_blocks_are_copied_unless_their_own() {
+        let c = BufferCache::new(SHARDS as u64 * BLOCK * 4);
+        // A block sliced from a larger buffer is copied when it turns
+        // clean, so the larger buffer is not held; a buffer of its own is
+        // kept as it is.
+        let big = Bytes::from(vec![3u8; 2 * BLOCK as usize]);
+        let sliced = big.slice(0..BLOCK as usize);
+        let own = Bytes::from(vec![4u8; BLOCK as usize]);
+        let (p1, p2) = (c.new_pin(), c.new_pin());
+        c.pin(0, sliced.clone(), p1, false);
+        c.pin(BLOCK, own.clone(), p2, true);
+        c.unpin(0, p1, true);
+        c.unpin(BLOCK, p2, true);
+        let (a, b) = (c.get(0).unwrap(), c.get(BLOCK).unwrap());
+        assert_eq!((a.as_ref(), b.as_ref()), (sliced.as_ref(), own.as_ref()));
+        assert_ne!(a.as_ptr(), sliced.as_ptr(), "a slice was cached uncopied");
+        assert_eq!(b.as_ptr(), own.as_ptr(), "a block of its own was copied");
     }
 
     #[test]

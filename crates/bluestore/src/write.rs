@@ -281,8 +281,10 @@ impl Builder<'_> {
             }
             blocks.push((phys, bytes));
         }
+        // One block is the whole of `buf`, a buffer of its own.
+        let own = blocks.len() == 1;
         for (phys, bytes) in blocks {
-            self.staged.insert(phys, bytes);
+            self.stage(phys, bytes, own);
             self.deferred.insert(phys);
         }
         Ok(true)
@@ -396,7 +398,8 @@ impl Builder<'_> {
                 for k in 0..n / BLOCK as usize {
                     let block = piece.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
                     let phys = p.offset + (k as u64) * BLOCK;
-                    self.staged.insert(phys, block);
+                    // A slice of the caller's buffer, never its own.
+                    self.stage(phys, block, false);
                     if stored.len() >= UNCACHED_BLOB_BYTES {
                         self.uncached.insert(phys);
                     }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{successor, Batch, Kv, Op, Result};
+use crate::{successor, Batch, Kv, Op, OpRef, Result};
 
 /// Bytes counted per buffered key beyond its key and value (the B-tree's
 /// share and the two allocations' headers), so that a bound on bytes bounds
@@ -149,19 +149,17 @@ impl Layer {
         self.ranges.insert(lo, hi);
     }
 
-    /// The layer as one batch: its ranges, then its points.
-    fn to_batch(&self) -> Batch {
-        let mut batch = Batch::new();
-        for (start, end) in &self.ranges {
-            batch.delete_range(start.clone(), end.clone());
-        }
-        for (k, v) in &self.points {
-            match v {
-                Some(v) => batch.put(k.clone(), v.clone()),
-                None => batch.delete(k.clone()),
-            }
-        }
-        batch
+    /// The layer as one batch's ops: its ranges, then its points.
+    fn ops(&self) -> impl Iterator<Item = OpRef<'_>> {
+        let ranges = self
+            .ranges
+            .iter()
+            .map(|(start, end)| OpRef::DeleteRange(start, end));
+        let points = self.points.iter().map(|(k, v)| match v {
+            Some(v) => OpRef::Put(k, v),
+            None => OpRef::Delete(k),
+        });
+        ranges.chain(points)
     }
 }
 
@@ -227,7 +225,7 @@ impl<K: Kv> BufferedKv<K> {
         // A spill that failed before left its layer in place: it goes first.
         let pending = self.buffers.lock().spilling.clone();
         if let Some(layer) = pending {
-            self.inner.write(layer.to_batch(), true)?;
+            self.inner.write_ops(&mut layer.ops(), true)?;
             self.buffers.lock().spilling = None;
         }
         let layer = {
@@ -240,7 +238,7 @@ impl<K: Kv> BufferedKv<K> {
             b.spills += 1;
             layer
         };
-        self.inner.write(layer.to_batch(), true)?;
+        self.inner.write_ops(&mut layer.ops(), true)?;
         self.buffers.lock().spilling = None;
         Ok(())
     }

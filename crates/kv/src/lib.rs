@@ -59,7 +59,36 @@ pub struct Batch {
     bytes: usize,
 }
 
+impl Op {
+    /// The op, borrowed.
+    pub fn as_ref(&self) -> OpRef<'_> {
+        match self {
+            Op::Put(k, v) => OpRef::Put(k, v),
+            Op::Delete(k) => OpRef::Delete(k),
+            Op::DeleteRange(start, end) => OpRef::DeleteRange(start, end),
+        }
+    }
+}
+
+/// A borrowed [`Op`], for [`Kv::write_ops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpRef<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+    /// Delete every key in `[start, end)`.
+    DeleteRange(&'a [u8], &'a [u8]),
+}
+
 impl Batch {
+    /// Append a copy of `op`.
+    pub fn push_ref(&mut self, op: OpRef<'_>) {
+        match op {
+            OpRef::Put(k, v) => self.put(k, v),
+            OpRef::Delete(k) => self.delete(k),
+            OpRef::DeleteRange(start, end) => self.delete_range(start, end),
+        }
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -219,6 +248,17 @@ pub trait Kv: Send + Sync + 'static {
     /// was left out (a [`BufferedKv`] may have taken it and failed to
     /// spill): after one, the caller must treat the store as failed.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
+
+    /// Apply `ops` as [`write`](Self::write) applies a batch of them,
+    /// without the caller first copying them into one (a store that can
+    /// take borrowed keys and values copies them once, into its own).
+    fn write_ops(&self, ops: &mut dyn Iterator<Item = OpRef<'_>>, sync: bool) -> Result<()> {
+        let mut batch = Batch::new();
+        for op in ops {
+            batch.push_ref(op);
+        }
+        self.write(batch, sync)
+    }
 
     /// Apply `batch` as `write(batch, false)` does if that needs no wait
     /// (a write stall, a memtable to switch); otherwise write nothing and

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rocksdb::{Cache, Env, FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
 use crate::rocks_options::{parse_options_string, persist, Base};
-use crate::{Batch, Kv, KvError, Op, Result};
+use crate::{Batch, Kv, KvError, Op, OpRef, Result};
 
 /// How to open a [`RocksKv`].
 #[derive(Clone, Debug)]
@@ -72,6 +72,27 @@ pub struct RocksKv {
 }
 
 impl RocksKv {
+    /// Write `wb`, as `write` writes a batch.
+    fn write_wb(&self, wb: WriteBatch, sync: bool) -> Result<()> {
+        let mut opts = WriteOptions::default();
+        if sync {
+            // Earlier WAL-less batches first, or the WAL could outlive them
+            // (waiting for a sync that is flushing them). The WAL itself
+            // needs no sync of its own here: this write's covers it.
+            self.flush_unsynced(&self.syncing.lock())?;
+            opts.set_sync(true);
+            self.db.write_opt(wb, &opts).map_err(backend)
+        } else {
+            opts.disable_wal(true);
+            self.db.write_opt(wb, &opts).map_err(backend)?;
+            // Only now: flagged before, a sync could clear the flag and
+            // switch memtables before this batch is in one, and the next
+            // sync would then skip it.
+            self.unsynced.store(true, Ordering::Release);
+            Ok(())
+        }
+    }
+
     /// Flush the memtables if a WAL-less batch may be in them. Called with
     /// `syncing` held (`_one`), so that a second caller waits for a flush
     /// in progress rather than find nothing flagged and go on.
@@ -197,24 +218,11 @@ impl Kv for RocksKv {
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
-        let wb = write_batch(&batch);
-        let mut opts = WriteOptions::default();
-        if sync {
-            // Earlier WAL-less batches first, or the WAL could outlive them
-            // (waiting for a sync that is flushing them). The WAL itself
-            // needs no sync of its own here: this write's covers it.
-            self.flush_unsynced(&self.syncing.lock())?;
-            opts.set_sync(true);
-            self.db.write_opt(wb, &opts).map_err(backend)
-        } else {
-            opts.disable_wal(true);
-            self.db.write_opt(wb, &opts).map_err(backend)?;
-            // Only now: flagged before, a sync could clear the flag and
-            // switch memtables before this batch is in one, and the next
-            // sync would then skip it.
-            self.unsynced.store(true, Ordering::Release);
-            Ok(())
-        }
+        self.write_wb(write_batch(&batch), sync)
+    }
+
+    fn write_ops(&self, ops: &mut dyn Iterator<Item = OpRef<'_>>, sync: bool) -> Result<()> {
+        self.write_wb(write_batch_of(ops), sync)
     }
 
     fn try_write(&self, batch: &mut Batch) -> Result<bool> {
@@ -258,12 +266,16 @@ impl Kv for RocksKv {
 
 /// `batch` as RocksDB's batch.
 fn write_batch(batch: &Batch) -> WriteBatch {
+    write_batch_of(batch.ops().iter().map(Op::as_ref))
+}
+
+fn write_batch_of<'a>(ops: impl Iterator<Item = OpRef<'a>>) -> WriteBatch {
     let mut wb = WriteBatch::default();
-    for op in batch.ops() {
+    for op in ops {
         match op {
-            Op::Put(k, v) => wb.put(k, v),
-            Op::Delete(k) => wb.delete(k),
-            Op::DeleteRange(start, end) => wb.delete_range(start, end),
+            OpRef::Put(k, v) => wb.put(k, v),
+            OpRef::Delete(k) => wb.delete(k),
+            OpRef::DeleteRange(start, end) => wb.delete_range(start, end),
         }
     }
     wb
