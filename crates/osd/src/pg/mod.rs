@@ -14,6 +14,7 @@
 
 mod backfill;
 mod catch_up;
+mod ctx;
 pub mod log;
 mod mutation;
 mod ops;
@@ -24,114 +25,25 @@ mod recovery;
 mod replica;
 mod scrub;
 mod split;
+mod state;
 mod stats;
 pub(crate) mod tier;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use cairn_map::{ClusterMap, PgMapping};
+use cairn_map::PgMapping;
 use cairn_store::Transaction;
 use cairn_types::{Epoch, OsdId, PgId, Version};
-use cairn_wire::{ActId, OpError, OsdOp, OsdOpReply, PgBody, PgInfo, PgMessage};
+use cairn_wire::{ActId, OpError, OsdOpReply, PgBody, PgInfo, PgMessage};
 
-use crate::io::{ClientId, Done, OsdIo};
-use crate::slots::Slots;
-use crate::CoreOptions;
+use crate::io::{Done, OsdIo};
 use log::{Missing, PgLog};
 
 pub(crate) use backfill::BackfillTarget;
+pub(crate) use ctx::{Ctx, MonRequests};
 pub(crate) use ops::Inflight;
-
-/// What a PG needs from its OSD while handling one event.
-pub(crate) struct Ctx<'a> {
-    pub me: OsdId,
-    pub map: &'a Arc<ClusterMap>,
-    pub opts: &'a CoreOptions,
-    pub io: &'a mut dyn OsdIo,
-    pub next_id: &'a mut u64,
-    pub slots: &'a mut Slots,
-    /// Where this OSD's client writes spent their time, as primary.
-    pub write_times: &'a mut crate::WriteTimes,
-    pub requests: &'a mut MonRequests,
-    /// Flushes the cache-tier agents of this OSD have in flight, counted
-    /// at each tick ([`tier::agent`]).
-    pub agent_flushes: usize,
-    /// The cache pools' totals from the monitor ([`tier::fullness`]).
-    pub tier_usage: &'a tier::fullness::TierUsage,
-    /// Answers to the cache tier's own writes ([`tier::TIER_CLIENT`]),
-    /// handed to their PG once the event is handled.
-    pub tier_replies: Vec<(PgId, u64, Result<Vec<cairn_wire::OpOutput>, OpError>)>,
-}
-
-impl Ctx<'_> {
-    /// Answer a client op; the cache tier's own go to `tier_replies`.
-    pub fn reply_to(&mut self, pg: PgId, client: ClientId, reply: OsdOpReply) {
-        if client == tier::TIER_CLIENT {
-            self.tier_replies.push((pg, reply.tid, reply.result));
-        } else {
-            self.io.reply(client, reply);
-        }
-    }
-}
-
-/// What this OSD last asked the monitor, so that its PGs do not repeat it
-/// (it is asked again after `peering_retry`, in case it was lost).
-#[derive(Debug, Default)]
-pub(crate) struct MonRequests {
-    pub up_thru: Epoch,
-    up_thru_at: Duration,
-    pg_temp: HashMap<PgId, (Vec<OsdId>, Epoch, Duration)>,
-}
-
-impl Ctx<'_> {
-    pub fn request_up_thru(&mut self, epoch: Epoch) {
-        let now = self.io.now();
-        let r = &mut *self.requests;
-        if epoch > r.up_thru || now >= r.up_thru_at + self.opts.peering_retry {
-            r.up_thru = r.up_thru.max(epoch);
-            r.up_thru_at = now;
-            self.io.request_up_thru(epoch);
-        }
-    }
-
-    pub fn request_pg_temp(&mut self, pg: PgId, osds: Vec<OsdId>) {
-        let now = self.io.now();
-        let epoch = self.map.epoch;
-        let retry = self.opts.peering_retry;
-        let fresh = self
-            .requests
-            .pg_temp
-            .get(&pg)
-            .is_some_and(|(o, e, at)| *o == osds && *e == epoch && now < *at + retry);
-        if !fresh {
-            self.requests.pg_temp.insert(pg, (osds.clone(), epoch, now));
-            self.io.request_pg_temp(pg, osds);
-        }
-    }
-
-    pub fn id(&mut self) -> u64 {
-        *self.next_id += 1;
-        *self.next_id
-    }
-
-    pub fn send(&mut self, to: OsdId, pg: PgId, body: PgBody) {
-        let epoch = self.map.epoch;
-        self.io.send(to, PgMessage { pg, epoch, body });
-    }
-
-    /// Answer `to`'s request on the connection it came on (see
-    /// [`OsdIo::answer`]).
-    pub fn answer(&mut self, to: OsdId, pg: PgId, body: PgBody) {
-        let epoch = self.map.epoch;
-        self.io.answer(to, PgMessage { pg, epoch, body });
-    }
-
-    pub fn now(&self) -> Duration {
-        self.io.now()
-    }
-}
+pub(crate) use state::{ClientOp, CopyPurpose, Counters, PeerState, Phase, PrimaryState, Wait};
 
 /// This OSD's part in the PG's current interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,180 +53,6 @@ pub enum Role {
     Replica,
     /// Not in the up or acting set: holds data only for peering to ask about.
     Stray,
-}
-
-/// Where a primary's peering stands.
-#[derive(Clone, Debug)]
-pub(crate) enum Phase {
-    /// Not the primary.
-    Idle,
-    GetInfo(peering::GetInfo),
-    /// An earlier interval may have acknowledged writes, and none of its
-    /// members that could hold them is up: wait for one (or `osd lost`).
-    Down {
-        blocked_by: Vec<OsdId>,
-        reason: String,
-    },
-    /// No reachable member holds a complete copy.
-    Incomplete {
-        reason: String,
-    },
-    /// A step failed; peering starts again at `retry_at`.
-    Retry {
-        reason: String,
-    },
-    /// Waiting for the monitor to install the acting set asked for.
-    WaitActing {
-        want: Vec<OsdId>,
-    },
-    /// Fetching the authoritative log from `auth`.
-    GetLog {
-        auth: OsdId,
-    },
-    /// Waiting for a map that records `up_thru` through this interval.
-    WaitUpThru,
-    /// Waiting for members to merge the log and report their missing sets.
-    Activating {
-        waiting: BTreeSet<OsdId>,
-    },
-    /// Serving (if the acting set has at least min_size members) and
-    /// recovering.
-    Active,
-}
-
-/// A client operation waiting for something.
-#[derive(Clone, Debug)]
-pub(crate) struct ClientOp {
-    pub client: ClientId,
-    pub op: OsdOp,
-    /// When it reached this OSD (for slow-op reports).
-    pub arrived: Duration,
-}
-
-/// What a started store operation of this PG is for.
-#[derive(Clone, Debug)]
-pub(crate) enum Wait {
-    /// The primary's own commit of a client write.
-    WriteCommit { act: ActId, version: Version },
-    /// A replica's commit of a RepOp: then it replies.
-    RepCommit {
-        primary: OsdId,
-        act: ActId,
-        version: Version,
-    },
-    /// A replica's commit of its activation: then it replies.
-    ReplicaActivated {
-        primary: OsdId,
-        act: ActId,
-        /// When the activation arrived, how long the member took to merge
-        /// it into a transaction, and how many log entries it brought
-        /// (of the history, and sent once compacted):
-        /// logged with the commit, so the wait a primary sees can be told
-        /// from the member's work and its store's.
-        arrived: Duration,
-        merged: Duration,
-        entries: (usize, usize),
-    },
-    /// The primary's commit of its own activation.
-    PrimaryActivated { act: ActId },
-    /// A member's commit of pushed objects: then it replies.
-    PushCommit {
-        primary: OsdId,
-        act: ActId,
-        tid: u64,
-    },
-    /// The primary's commit of objects it pulled.
-    PullCommit { act: ActId, oids: Vec<String> },
-    /// A client read; `counted` in its object's [`ObjState::reads`].
-    Read {
-        act: ActId,
-        op: ClientOp,
-        counted: bool,
-    },
-    /// A copy of an object read for pushing.
-    Copy {
-        act: ActId,
-        oid: String,
-        purpose: CopyPurpose,
-    },
-    /// A commit nobody waits for beyond durability.
-    Quiet,
-    /// A cache tier's op on the base pool, or its read of an object to flush.
-    Tier {
-        act: ActId,
-        oid: String,
-        step: tier::Step,
-    },
-}
-
-#[derive(Clone, Debug)]
-pub(crate) enum CopyPurpose {
-    /// Push to the members missing it.
-    Recovery,
-    /// Part of a backfill batch to `target`.
-    Backfill { target: OsdId },
-    /// To answer a pull: copy `index` of answer `key`.
-    Pull { key: u64, index: usize },
-    /// For a deep scrub map: entry `index` of build `key`.
-    Scrub { key: u64, index: usize },
-}
-
-/// What the primary tracks while active.
-#[derive(Debug)]
-pub(crate) struct PrimaryState {
-    pub act: ActId,
-    /// Acting replicas and backfill targets: their info and missing sets.
-    pub peers: BTreeMap<OsdId, PeerState>,
-    /// Every member heard from during peering, for pulls.
-    pub sources: BTreeMap<OsdId, (PgInfo, Missing)>,
-    pub inflight: BTreeMap<Version, Inflight>,
-    /// Per object: writes in flight and operations waiting for it.
-    pub objects: BTreeMap<String, ObjState>,
-    /// Objects with a recovery operation in flight.
-    pub recovering: HashSet<String>,
-    /// Objects no reachable member holds at the needed version.
-    pub unfound: BTreeMap<String, recovery::Unfound>,
-    /// Objects clients wait for: recovered first.
-    pub urgent: VecDeque<String>,
-    pub backfill: BTreeMap<OsdId, BackfillTarget>,
-    /// Backfill slot held on this OSD.
-    pub backfill_slot: bool,
-    /// Pulls in flight, by tid: from whom, for what.
-    pub pulls: HashMap<u64, (OsdId, recovery::Pull)>,
-    /// Pushes in flight, by tid.
-    pub pushes: HashMap<u64, recovery::Push>,
-    /// Recovery pushes of an object still unacknowledged.
-    pub push_waiting: HashMap<String, usize>,
-    /// Cache tiering, for a PG of a cache pool.
-    pub tier: Option<Box<tier::TierPg>>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct PeerState {
-    pub info: PgInfo,
-    pub missing: Missing,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct ObjState {
-    pub pending_writes: u32,
-    /// Reads of a cache pool's object running on the store: its eviction
-    /// waits for them (a read that started before the object left the
-    /// cache must still find it).
-    pub reads: u32,
-    /// The object's version once its pending writes commit.
-    pub version: Option<Version>,
-    pub waiting: Vec<ClientOp>,
-}
-
-/// Counters of this PG since the OSD started.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Counters {
-    pub recovered_objects: u64,
-    pub backfilled_objects: u64,
-    pub recovery_bytes: u64,
-    /// Bad copies rewritten: by read repair and by scrub repair.
-    pub repaired_objects: u64,
 }
 
 /// Client ops a PG holds while not serving; beyond it they are refused

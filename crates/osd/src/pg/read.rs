@@ -1,7 +1,7 @@
 //! Client reads on the primary: run on the store away from the event
 //! loop, answered when the store is done. A cache pool's reads are counted
 //! per object while they run, so that an eviction waits for them
-//! ([`super::ObjState::reads`]).
+//! ([`super::state::ObjState::reads`]).
 //!
 //! Must never answer a read from a copy it found damaged: the read is
 //! repaired first (or, if peering started meanwhile, resent).
@@ -14,7 +14,7 @@ use crate::io::{Done, ReadFailure, ReadResult};
 
 impl Pg {
     /// Read from the store; `counted`: in its object's
-    /// [`super::ObjState::reads`] until done (a cache pool's read, which an
+    /// [`super::state::ObjState::reads`] until done (a cache pool's read, which an
     /// eviction waits for).
     pub(crate) fn do_read(&mut self, ctx: &mut Ctx<'_>, op: ClientOp, counted: bool) {
         let Some(primary) = self.primary.as_mut() else {

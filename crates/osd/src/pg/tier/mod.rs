@@ -168,7 +168,7 @@ pub(crate) struct TierPg {
     pub counters: TierStat,
     pub sweep: Option<flush::Sweep>,
     /// Evictions waiting for reads of their object running on the store
-    /// ([`super::ObjState::reads`]): (who asked, the version to evict).
+    /// ([`super::state::ObjState::reads`]): (who asked, the version to evict).
     evict_after_reads: HashMap<String, (Origin, Option<Version>)>,
     /// The agent's flushes and evictions in flight.
     pub agent_flushing: usize,
