@@ -11,9 +11,16 @@ same spec on the export. Per leg: IOPS, mean / p50 / p99.99 latency, OSD CPU
 the NBD leg, the gateway's CPU µs per op. Per pair: the NBD leg's mean over
 the library's ("gap"). The median pair is the number to quote.
 
+With --floor, each run adds a third leg: the same fio job on nbdkit's
+`memory` plugin (an NBD server that keeps the disk in RAM, on a Unix socket
+of its own), which measures what the NBD transport alone costs on this
+machine: fio's nbd engine, two socket hops and a server's wake-ups, with no
+storage behind them. A gap at or under that floor is the transport's, not
+the gateway's. Needs nbdkit (apt-get install -y nbdkit).
+
 Usage: python3 bench/nbd_gateway.py [--cairn target/release/cairn]
        [--dir /tmp/cairn-nbd-bench] [--runs 3] [--runtime 20] [--iodepth 1]
-       [--rw randwrite] [--set osd.key=value ...] [--json]
+       [--rw randwrite] [--set osd.key=value ...] [--floor] [--json]
 Needs a release build and fio with the nbd engine.
 """
 import argparse, json, os, shutil, signal, subprocess, sys, time
@@ -93,10 +100,14 @@ def main():
     ap.add_argument("--iodepth", type=int, default=1)
     ap.add_argument("--rw", default="randwrite", choices=["randwrite", "randread"])
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the fio job on nbdkit's memory plugin each run")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not shutil.which("fio"):
         sys.exit("fio is not installed (apt-get install -y fio)")
+    if a.floor and not shutil.which("nbdkit"):
+        sys.exit("--floor needs nbdkit (apt-get install -y nbdkit)")
     c = a.cairn
     run([c, "cluster", "down", "--dir", a.dir], check=False)
     shutil.rmtree(a.dir, ignore_errors=True)
@@ -106,6 +117,7 @@ def main():
     run(up)
     conf = ["--conf", os.path.join(a.dir, "cairn.toml")]
     gateway = None
+    floor_server = None
     try:
         run([c, *conf, "image", "create", "rbd/b", "--size", "1G"])
         run([c, *conf, "bench", "--image", "rbd/b", "--rw", "write", "--bs", "1M",
@@ -131,20 +143,43 @@ def main():
                f"--rw={a.rw}", "--bs=4k", f"--iodepth={a.iodepth}", "--size=1G",
                f"--runtime={a.runtime}", f"--ramp_time={a.ramp}", "--time_based",
                "--randrepeat=0", "--norandommap", "--output-format=json"]
+        if a.floor:
+            floor_sock = os.path.join(a.dir, "floor.sock")
+            floor_server = subprocess.Popen(
+                ["nbdkit", "-f", "--unix", floor_sock, "memory", "1G"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(100):
+                if os.path.exists(floor_sock):
+                    break
+                time.sleep(0.1)
+            else:
+                sys.exit("nbdkit did not create its socket")
+            floor_fio = [f"--uri=nbd+unix:///?socket={floor_sock}" if x.startswith("--uri=")
+                         else x for x in fio]
         pairs = []
         for i in range(a.runs):
             lib = leg("library", bench, parse_bench(a.rw, a.ramp, a.runtime), osds, gateway)
             nbd = leg("nbd", fio, parse_fio(a.rw, a.ramp, a.runtime), osds, gateway)
             lib["gateway_cpu_us_per_op"] = None
-            pairs.append({"run": i + 1, "library": lib, "nbd": nbd,
-                          "gap": nbd["mean_us"] / lib["mean_us"] - 1})
+            pair = {"run": i + 1, "library": lib, "nbd": nbd,
+                    "gap": nbd["mean_us"] / lib["mean_us"] - 1}
+            legs = [lib, nbd]
+            if a.floor:
+                # Its "gateway CPU" is nbdkit's.
+                floor = leg("floor", floor_fio, parse_fio(a.rw, a.ramp, a.runtime), [],
+                            floor_server.pid)
+                pair["floor"] = floor
+                pair["gap_us"] = nbd["mean_us"] - lib["mean_us"]
+                legs.append(floor)
+            pairs.append(pair)
             if not a.json:
-                for r in (lib, nbd):
+                for r in legs:
                     g = r["gateway_cpu_us_per_op"]
                     print(f"run {i+1} {r['path']:8} {r['iops']:8.0f} IOPS  mean {r['mean_us']:7.0f} µs"
                           f"  p50 {r['p50_us']:7.0f}  p99.99 {r['p9999_us']:8.0f}"
                           f"  OSD CPU {r['osd_cpu_us_per_op']:5.0f} µs/op"
-                          + (f"  gateway CPU {g:4.0f} µs/op" if g is not None else ""), flush=True)
+                          + (f"  {'server' if r['path'] == 'floor' else 'gateway'} CPU"
+                             f" {g:4.0f} µs/op" if g is not None else ""), flush=True)
         gaps = sorted(p["gap"] for p in pairs)
         median = gaps[len(gaps) // 2]
         if a.json:
@@ -153,9 +188,16 @@ def main():
         else:
             print(f"NBD mean over library mean: {', '.join(f'{g*100:+.0f}%' for g in gaps)}"
                   f" (median {median*100:+.0f}%)")
+            if a.floor:
+                print("NBD minus library, against a round trip to nbdkit memory (µs): "
+                      + ", ".join(f"{p['gap_us']:.0f} vs {p['floor']['mean_us']:.0f}"
+                                  for p in pairs))
     finally:
         if gateway:
             os.kill(gateway, signal.SIGTERM)
+        if floor_server:
+            floor_server.terminate()
+            floor_server.wait()
         run([c, "cluster", "down", "--dir", a.dir], check=False)
         shutil.rmtree(a.dir, ignore_errors=True)  # block files of GiBs each
 
