@@ -4,7 +4,8 @@ library (`cairn bench`) and through `cairn nbd` (fio's nbd engine on its Unix
 socket), alternating on one cluster, so the disk's drift hits both sides.
 
 On a fresh local 3-OSD cluster (pool size 3, 32 PGs) with a 1 GiB image
-written through first, `cairn nbd` exports the image and each run is a pair:
+written through first (created without the exclusive lock, which would
+hold one leg's writes until the other closes the image), `cairn nbd` exports the image and each run is a pair:
 `cairn bench --rw RW --iodepth QD` for --runtime seconds, then fio with the
 same spec on the export. Per leg: IOPS, mean / p50 / p99.99 latency, OSD CPU
 µs per op (utime+stime of the OSDs over the leg, /proc/PID/stat) and, for
@@ -119,7 +120,10 @@ def main():
     gateway = None
     floor_server = None
     try:
-        run([c, *conf, "image", "create", "rbd/b", "--size", "1G"])
+        # Both legs write the image in turn while the gateway keeps it open:
+        # with the exclusive lock (one live writer at a time), the library's
+        # second leg would wait for the gateway to close it.
+        run([c, *conf, "image", "create", "rbd/b", "--size", "1G", "--image-feature", "none"])
         run([c, *conf, "bench", "--image", "rbd/b", "--rw", "write", "--bs", "1M",
              "--iodepth", "8", "--runtime", "3", "--ramp", "0", "--precondition"])
         with open(os.path.join(a.dir, "cluster.json")) as f:
