@@ -149,6 +149,32 @@ pub fn detect_class(path: &Path) -> &'static str {
     }
 }
 
+/// Do `a` and `b` (files or directories, or the directories they would be
+/// made in) live on the same disk? Two partitions of one disk count as
+/// one; two paths with no block device behind them (tmpfs) are the same
+/// when their file system is.
+pub fn same_disk(a: &Path, b: &Path) -> bool {
+    match (sysfs_dir(a), sysfs_dir(b)) {
+        (Some((x, _)), Some((y, _))) => disk_of(&x) == disk_of(&y),
+        (None, None) => match (fs_dev(a), fs_dev(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The file system device of `path`, or of its parent if it is not made yet.
+fn fs_dev(path: &Path) -> Option<u64> {
+    std::fs::metadata(path)
+        .or_else(|_| {
+            path.parent()
+                .map_or_else(|| std::fs::metadata("/"), std::fs::metadata)
+        })
+        .ok()
+        .map(|m| m.dev())
+}
+
 /// The size of the store's data device in bytes (0 if unknown).
 fn size_bytes(kind: StoreKind, path: &Path) -> u64 {
     match kind {
@@ -188,6 +214,16 @@ fn filesystem_bytes(path: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_files_of_one_directory_are_on_the_same_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("block"), dir.path().join("db"));
+        std::fs::write(&a, b"x").unwrap();
+        // `db` is not made yet: the directory it would be made in counts.
+        assert!(same_disk(&a, &b));
+        assert!(same_disk(&b, &a));
+    }
 
     #[test]
     fn dev_t_encoding() {

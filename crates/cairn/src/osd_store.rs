@@ -260,10 +260,7 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         block_cache_bytes: cache_options(conf).kv_bytes() / 2,
         memtable_bytes: (cache_options(conf).kv_bytes() / 4).max(4 << 20),
         options: conf.bluestore_rocksdb_options.clone(),
-        background_write_rate: rocksdb_write_rate(
-            conf,
-            crate::device_info::detect_class(&paths.db),
-        ),
+        background_write_rate: rocksdb_write_rate(conf, &db_class(conf, paths)),
         create,
     };
     let rocks = RocksKv::open(&paths.db, &opts)?;
@@ -271,6 +268,32 @@ fn open_kv(paths: &BluePaths, conf: &OsdConfig, create: bool) -> Result<Arc<dyn 
         0 => Arc::new(rocks),
         limit => Arc::new(BufferedKv::new(rocks, limit as usize)),
     })
+}
+
+/// The class of the device holding the database, for its pacing: a
+/// configured `osd.crush_device_class` when the database shares the data's
+/// disk (a loop device or a VM's disk may report itself rotational whatever
+/// it is, and the class an operator declared is the better word), else the
+/// class detected for the database's own device.
+fn db_class(conf: &OsdConfig, paths: &BluePaths) -> String {
+    use crate::device_info::{detect_class, same_disk};
+    pacing_class(
+        &conf.crush_device_class,
+        || same_disk(&paths.db, &paths.block),
+        || detect_class(&paths.db),
+    )
+}
+
+fn pacing_class(
+    configured: &str,
+    db_with_data: impl FnOnce() -> bool,
+    detected: impl FnOnce() -> &'static str,
+) -> String {
+    if !configured.is_empty() && db_with_data() {
+        configured.to_string()
+    } else {
+        detected().to_string()
+    }
 }
 
 /// RocksDB's background write rate for a database on a device of `class`
@@ -405,6 +428,24 @@ pub fn fsck(dir: &Path, conf: &OsdConfig, deep: bool, repair: bool) -> Result<Fs
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_class_paces_a_database_on_the_data_disk_only() {
+        // Configured and on the data's disk: the configured class.
+        assert_eq!(pacing_class("ssd", || true, || "hdd"), "ssd");
+        assert_eq!(pacing_class("hdd", || true, || "ssd"), "hdd");
+        // On a disk of its own, or none configured: what is detected.
+        assert_eq!(pacing_class("ssd", || false, || "hdd"), "hdd");
+        assert_eq!(pacing_class("", || true, || "hdd"), "hdd");
+        let conf = OsdConfig {
+            crush_device_class: "ssd".into(),
+            ..OsdConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let paths = blue_paths(dir.path(), &conf);
+        assert_eq!(db_class(&conf, &paths), "ssd");
+        assert_eq!(rocksdb_write_rate(&conf, &db_class(&conf, &paths)), 0);
+    }
 
     #[test]
     fn rocksdb_is_paced_by_the_class_of_its_device() {
