@@ -150,7 +150,7 @@ def main():
         if a.floor:
             floor_sock = os.path.join(a.dir, "floor.sock")
             floor_server = subprocess.Popen(
-                ["nbdkit", "-f", "--unix", floor_sock, "memory", "1G"],
+                ["nbdkit", "-f", "--exit-with-parent", "--unix", floor_sock, "memory", "1G"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for _ in range(100):
                 if os.path.exists(floor_sock):
@@ -172,6 +172,7 @@ def main():
                 # Its "gateway CPU" is nbdkit's.
                 floor = leg("floor", floor_fio, parse_fio(a.rw, a.ramp, a.runtime), [],
                             floor_server.pid)
+                floor["osd_cpu_us_per_op"] = None  # no OSD behind it
                 pair["floor"] = floor
                 pair["gap_us"] = nbd["mean_us"] - lib["mean_us"]
                 legs.append(floor)
@@ -181,7 +182,8 @@ def main():
                     g = r["gateway_cpu_us_per_op"]
                     print(f"run {i+1} {r['path']:8} {r['iops']:8.0f} IOPS  mean {r['mean_us']:7.0f} µs"
                           f"  p50 {r['p50_us']:7.0f}  p99.99 {r['p9999_us']:8.0f}"
-                          f"  OSD CPU {r['osd_cpu_us_per_op']:5.0f} µs/op"
+                          + (f"  OSD CPU {r['osd_cpu_us_per_op']:5.0f} µs/op"
+                             if r["osd_cpu_us_per_op"] is not None else "")
                           + (f"  {'server' if r['path'] == 'floor' else 'gateway'} CPU"
                              f" {g:4.0f} µs/op" if g is not None else ""), flush=True)
         gaps = sorted(p["gap"] for p in pairs)

@@ -281,8 +281,8 @@ impl Builder<'_> {
             }
             blocks.push((phys, bytes));
         }
-        // One block is the whole of `buf`, a buffer of its own.
-        let own = blocks.len() == 1;
+        // A block that is the whole of `buf` is a buffer of its own.
+        let own = buf.len() == BLOCK as usize;
         for (phys, bytes) in blocks {
             self.stage(phys, bytes, own);
             self.deferred.insert(phys);

@@ -164,7 +164,8 @@ pub fn same_disk(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The file system device of `path`, or of its parent if it is not made yet.
+/// The device holding `path` (or its parent if it is not made yet): a
+/// block device node's own, any other file's file system's.
 fn fs_dev(path: &Path) -> Option<u64> {
     std::fs::metadata(path)
         .or_else(|_| {
@@ -172,7 +173,13 @@ fn fs_dev(path: &Path) -> Option<u64> {
                 .map_or_else(|| std::fs::metadata("/"), std::fs::metadata)
         })
         .ok()
-        .map(|m| m.dev())
+        .map(|m| {
+            if m.file_type().is_block_device() {
+                m.rdev()
+            } else {
+                m.dev()
+            }
+        })
 }
 
 /// The size of the store's data device in bytes (0 if unknown).

@@ -284,12 +284,14 @@ fn db_class(conf: &OsdConfig, paths: &BluePaths) -> String {
     )
 }
 
+/// Only the classes pacing knows (`hdd`, `ssd`, `nvme`) are taken from the
+/// configuration: a custom one (`archive`) says nothing of the device.
 fn pacing_class(
     configured: &str,
     db_with_data: impl FnOnce() -> bool,
     detected: impl FnOnce() -> &'static str,
 ) -> String {
-    if !configured.is_empty() && db_with_data() {
+    if matches!(configured, "hdd" | "ssd" | "nvme") && db_with_data() {
         configured.to_string()
     } else {
         detected().to_string()
@@ -437,6 +439,8 @@ mod tests {
         // On a disk of its own, or none configured: what is detected.
         assert_eq!(pacing_class("ssd", || false, || "hdd"), "hdd");
         assert_eq!(pacing_class("", || true, || "hdd"), "hdd");
+        // A custom class says nothing of the device.
+        assert_eq!(pacing_class("archive", || true, || "hdd"), "hdd");
         let conf = OsdConfig {
             crush_device_class: "ssd".into(),
             ..OsdConfig::default()

@@ -581,9 +581,9 @@ section! {
         /// memtable flushes and compactions may write (0: unlimited).
         /// Unpaced, the three OSDs' flushes and compactions land at once
         /// and journal writes queue behind them for tens of milliseconds.
-        /// The class is `crush_device_class` when that is set and the
-        /// database is on the data's disk; otherwise it is detected from
-        /// the device holding the database.
+        /// The class is `crush_device_class` when that is hdd, ssd or nvme
+        /// and the database is on the data's disk; otherwise it is
+        /// detected from the device holding the database.
         /// It paces memtable flushes too, which with
         /// `bluestore_kv_buffer_bytes = 0` every journal sync waits for.
         bluestore_rocksdb_write_rate_hdd: u64 = 16 << 20, check any;
