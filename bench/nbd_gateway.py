@@ -36,6 +36,15 @@ def run(cmd, check=True):
     return p.stdout
 
 
+def wait_for_socket(path, server):
+    """Up to 10 s for `server` to create its socket at `path`."""
+    for _ in range(100):
+        if os.path.exists(path):
+            return
+        time.sleep(0.1)
+    sys.exit(f"{server} did not create its socket")
+
+
 def cpu_ticks(pids):
     total = 0
     for pid in pids:
@@ -133,12 +142,7 @@ def main():
         gw = subprocess.Popen([c, *conf, "nbd", "--image", "rbd/b", "--socket", sock],
                               stdout=log, stderr=log)
         gateway = gw.pid
-        for _ in range(100):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.1)
-        else:
-            sys.exit("cairn nbd did not create its socket")
+        wait_for_socket(sock, "cairn nbd")
         time.sleep(3)
         bench = [c, *conf, "--json", "bench", "--image", "rbd/b", "--rw", a.rw, "--bs", "4k",
                  "--iodepth", str(a.iodepth), "--runtime", str(a.runtime),
@@ -152,12 +156,7 @@ def main():
             floor_server = subprocess.Popen(
                 ["nbdkit", "-f", "--exit-with-parent", "--unix", floor_sock, "memory", "1G"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(100):
-                if os.path.exists(floor_sock):
-                    break
-                time.sleep(0.1)
-            else:
-                sys.exit("nbdkit did not create its socket")
+            wait_for_socket(floor_sock, "nbdkit")
             floor_fio = [f"--uri=nbd+unix:///?socket={floor_sock}" if x.startswith("--uri=")
                          else x for x in fio]
         pairs = []
