@@ -107,14 +107,8 @@ fn major_minor(dev: u64) -> (u64, u64) {
 /// The sysfs directory of the block device `path` is (or lives on), and
 /// whether `path` is the device itself.
 fn sysfs_dir(path: &Path) -> Option<(PathBuf, bool)> {
-    let meta = std::fs::metadata(path)
-        .or_else(|_| {
-            path.parent()
-                .map_or_else(|| std::fs::metadata("/"), std::fs::metadata)
-        })
-        .ok()?;
-    let is_device = meta.file_type().is_block_device();
-    let (major, minor) = major_minor(if is_device { meta.rdev() } else { meta.dev() });
+    let (dev, is_device) = device_of(path)?;
+    let (major, minor) = major_minor(dev);
     if major == 0 {
         return None; // tmpfs, overlay, btrfs subvolumes: no block device
     }
@@ -156,30 +150,26 @@ pub fn detect_class(path: &Path) -> &'static str {
 pub fn same_disk(a: &Path, b: &Path) -> bool {
     match (sysfs_dir(a), sysfs_dir(b)) {
         (Some((x, _)), Some((y, _))) => disk_of(&x) == disk_of(&y),
-        (None, None) => match (fs_dev(a), fs_dev(b)) {
-            (Some(x), Some(y)) => x == y,
+        (None, None) => match (device_of(a), device_of(b)) {
+            (Some((x, _)), Some((y, _))) => x == y,
             _ => false,
         },
         _ => false,
     }
 }
 
-/// The device holding `path` (or its parent if it is not made yet): a
-/// block device node's own, any other file's file system's.
-fn fs_dev(path: &Path) -> Option<u64> {
-    std::fs::metadata(path)
+/// The device number holding `path` (or its parent if it is not made
+/// yet): a block device node's own, any other file's file system's; and
+/// whether `path` is the device itself.
+fn device_of(path: &Path) -> Option<(u64, bool)> {
+    let meta = std::fs::metadata(path)
         .or_else(|_| {
             path.parent()
                 .map_or_else(|| std::fs::metadata("/"), std::fs::metadata)
         })
-        .ok()
-        .map(|m| {
-            if m.file_type().is_block_device() {
-                m.rdev()
-            } else {
-                m.dev()
-            }
-        })
+        .ok()?;
+    let is_device = meta.file_type().is_block_device();
+    Some((if is_device { meta.rdev() } else { meta.dev() }, is_device))
 }
 
 /// The size of the store's data device in bytes (0 if unknown).

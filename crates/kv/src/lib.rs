@@ -61,7 +61,7 @@ pub struct Batch {
 
 impl Op {
     /// The op, borrowed.
-    pub fn as_ref(&self) -> OpRef<'_> {
+    pub fn borrowed(&self) -> OpRef<'_> {
         match self {
             Op::Put(k, v) => OpRef::Put(k, v),
             Op::Delete(k) => OpRef::Delete(k),

@@ -266,7 +266,7 @@ impl Kv for RocksKv {
 
 /// `batch` as RocksDB's batch.
 fn write_batch(batch: &Batch) -> WriteBatch {
-    write_batch_of(batch.ops().iter().map(Op::as_ref))
+    write_batch_of(batch.ops().iter().map(Op::borrowed))
 }
 
 fn write_batch_of<'a>(ops: impl Iterator<Item = OpRef<'a>>) -> WriteBatch {
