@@ -252,11 +252,8 @@ fn raw_frame(len: u32, crc: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 /// (what, bytes, close our side after sending, must the daemon close?)
-fn malformed_inputs() -> Vec<(String, Vec<u8>, bool, bool)> {
-    let hello = frame(&Message::Hello {
-        entity: Entity::Client(0xbad),
-        fsid: None,
-    });
+fn malformed_inputs(entity: Entity) -> Vec<(String, Vec<u8>, bool, bool)> {
+    let hello = frame(&Message::Hello { entity, fsid: None });
     let with_hello = |rest: Vec<u8>| [hello.clone(), rest].concat();
     let mut cases = vec![
         (
@@ -414,6 +411,11 @@ async fn malformed_messages_drop_only_that_connection() {
         serde_json::from_str(&blocking("osd ls", move || c.ok(&["--json", "osd", "ls"])).await)
             .expect("osd ls json");
     let osd0 = osds[0]["addr"].as_str().expect("osd.0 addr").to_string();
+    let osd0_cluster = client
+        .map()
+        .osd_cluster_addr(0)
+        .expect("osd.0 is up")
+        .to_string();
     let epoch_before = client
         .mon_command(MonCommand::Status)
         .await
@@ -423,9 +425,17 @@ async fn malformed_messages_drop_only_that_connection() {
     let osd_pid = cluster.pid("osd.0");
 
     let mut round = 0u64;
-    for (target, addr) in [("monitor", &mon_addr), ("osd.0", &osd0)] {
+    // On the cluster address, the garbage follows a peer's hello (osd.2's:
+    // it reaches the code that serves peers, which then treats osd.2's
+    // session as reset, as after any broken connection).
+    let client_hello = Entity::Client(0xbad);
+    for (target, addr, hello) in [
+        ("monitor", &mon_addr, client_hello),
+        ("osd.0", &osd0, client_hello),
+        ("osd.0's cluster address", &osd0_cluster, Entity::Osd(2)),
+    ] {
         let mut kept = Vec::new();
-        for (what, bytes, half_close, must_close) in malformed_inputs() {
+        for (what, bytes, half_close, must_close) in malformed_inputs(hello) {
             let what = format!("{what} to the {target}");
             let closed = send_malformed(addr, &what, &bytes, half_close).await;
             assert!(closed || !must_close, "{what}: the connection stayed open");

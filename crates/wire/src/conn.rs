@@ -442,6 +442,60 @@ mod tests {
         assert!(matches!(reader.read().await, Err(WireError::Closed)));
     }
 
+    /// A frame's payloads come out of the reader as slices of the buffer
+    /// the frame was read into, not copies: two payloads of one frame sit
+    /// as far apart in memory as they do in the frame.
+    #[tokio::test]
+    async fn payloads_are_read_without_a_copy() {
+        use cairn_types::{PgId, ReqId};
+        let (a, b): (Vec<u8>, Vec<u8>) = (
+            (0..4001u32).map(|i| (i * 7 + 1) as u8).collect(),
+            (0..2999u32).map(|i| (i * 13 + 5) as u8).collect(),
+        );
+        let msg = Message::OsdOp(crate::msg::OsdOp {
+            tid: 1,
+            reqid: ReqId { client: 1, tid: 1 },
+            epoch: 1,
+            pg: PgId::new(1, 0),
+            oid: "obj".into(),
+            ops: vec![
+                crate::msg::ObjOp::Write {
+                    offset: 0,
+                    data: Bytes::from(a.clone()),
+                },
+                crate::msg::ObjOp::Write {
+                    offset: 8192,
+                    data: Bytes::from(b.clone()),
+                },
+            ],
+            ignore_overlay: false,
+        });
+        let mut frame = Vec::new();
+        crate::frame::encode_frame(&msg, &mut frame).unwrap();
+        let at = |p: &[u8]| {
+            frame
+                .windows(p.len())
+                .position(|w| w == p)
+                .expect("the payload is in the frame")
+        };
+        let apart = at(&b) - at(&a);
+        let mut reader = FrameReader::new(&frame[..]);
+        let Message::OsdOp(op) = reader.read().await.expect("a message") else {
+            panic!("not an op");
+        };
+        let [crate::msg::ObjOp::Write { data: da, .. }, crate::msg::ObjOp::Write { data: db, .. }] =
+            op.ops.as_slice()
+        else {
+            panic!("not two writes: {:?}", op.ops);
+        };
+        assert_eq!((&da[..], &db[..]), (&a[..], &b[..]));
+        assert_eq!(
+            db.as_ptr() as usize - da.as_ptr() as usize,
+            apart,
+            "the payloads were copied out of the read buffer"
+        );
+    }
+
     /// A stream that ends inside a frame is an error, not a clean close;
     /// one that ends between frames is a clean close.
     #[tokio::test]
