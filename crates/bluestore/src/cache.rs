@@ -4,6 +4,10 @@
 //! entry changed by a transaction that has not committed yet is *dirty*
 //! (it is newer than the key-value store) and is never evicted; an object
 //! removed by such a transaction is cached as a tombstone until then.
+//! An onode may also be read ahead, off the event loop and without the
+//! store's state lock, and cached clean if no transaction changed an
+//! object of its bucket in the meantime (see [`OnodeCache::stamp`]); an
+//! object found absent is cached as a clean tombstone.
 //!
 //! **Data** is cached by physical block (4 KiB of device space). A block
 //! whose newest content is not on the device yet — written by a transaction
@@ -205,10 +209,21 @@ impl Cached {
     }
 }
 
+/// Buckets of [`OnodeCache::stamp`]: objects hashing to one bucket share
+/// one count of updates, so a read-ahead is refused now and then for a
+/// change to another object of its bucket, never accepted after a change
+/// to its own.
+const UPDATE_BUCKETS: usize = 1024;
+
 /// Onodes by object id. See the module docs. Used under the store's state
 /// lock, so it has no lock of its own.
 pub(crate) struct OnodeCache {
     entries: LruCache<ObjectId, Cached>,
+    /// Updates recorded so far, per bucket of object ids.
+    updates: Box<[u64]>,
+    hasher: foldhash::fast::FixedState,
+    /// Onodes (and absences) read ahead and cached.
+    pub loaded_ahead: u64,
     /// Bytes the cache may hold (dirty entries may exceed it for a while).
     capacity: u64,
     /// Bytes it holds.
@@ -228,11 +243,58 @@ impl OnodeCache {
     pub fn new(capacity: u64) -> Self {
         Self {
             entries: LruCache::unbounded(),
+            updates: vec![0; UPDATE_BUCKETS].into_boxed_slice(),
+            hasher: foldhash::fast::FixedState::default(),
+            loaded_ahead: 0,
             capacity,
             bytes: 0,
             hits: 0,
             misses: 0,
         }
+    }
+
+    fn bucket(&self, oid: &ObjectId) -> usize {
+        use std::hash::BuildHasher;
+        (self.hasher.hash_one(oid) % UPDATE_BUCKETS as u64) as usize
+    }
+
+    /// Whether the cache holds the object (present or a tombstone), without
+    /// counting a hit or a miss or making it recently used.
+    pub fn knows(&self, oid: &ObjectId) -> bool {
+        self.entries.contains(oid)
+    }
+
+    /// The count of updates to objects of `oid`'s bucket: taken before an
+    /// onode is read from the key-value store without the state lock, and
+    /// given back to [`Self::insert_loaded`].
+    ///
+    /// Why that is enough: an entry is evicted only once clean, when the
+    /// key-value store already holds its state. So if the object is not
+    /// cached when the stamp is taken, the store has every change to it
+    /// made so far, and any later change goes through [`Self::update`],
+    /// which moves the stamp on.
+    pub fn stamp(&self, oid: &ObjectId) -> u64 {
+        self.updates[self.bucket(oid)]
+    }
+
+    /// Cache what a read-ahead found for `oid` (`None`: no such object),
+    /// clean, unless the object is cached by now or an update reached its
+    /// bucket since `stamp` was taken: then the read may be stale, and the
+    /// cache is left as it is. Whether it was cached.
+    pub fn insert_loaded(
+        &mut self,
+        oid: ObjectId,
+        onode: Option<Arc<Onode>>,
+        stamp: u64,
+        committed: u64,
+    ) -> bool {
+        if self.knows(&oid) || self.stamp(&oid) != stamp {
+            return false;
+        }
+        self.loaded_ahead += 1;
+        self.put(oid.clone(), Cached::new(&oid, onode, 0));
+        self.trim(committed);
+        true
     }
 
     pub fn set_capacity(&mut self, capacity: u64) {
@@ -280,6 +342,8 @@ impl OnodeCache {
 
     /// Record the state transaction `seq` left the object in.
     pub fn update(&mut self, oid: ObjectId, onode: Option<Arc<Onode>>, seq: u64, committed: u64) {
+        let bucket = self.bucket(&oid);
+        self.updates[bucket] += 1;
         let cached = Cached::new(&oid, onode, seq);
         self.put(oid, cached);
         self.trim(committed);

@@ -87,6 +87,8 @@ pub struct PerfSnapshot {
     pub checksum_errors: u64,
     pub onode_cache_hits: u64,
     pub onode_cache_misses: u64,
+    /// Onodes (and absences) read ahead of an op, off the event loop.
+    pub onode_cache_loaded_ahead: u64,
     pub onode_cache_entries: u64,
     pub onode_cache_bytes: u64,
     pub data_cache_hits: u64,

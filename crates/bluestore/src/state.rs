@@ -257,19 +257,98 @@ fn corrupt(oid: &ObjectId, what: &str, e: String) -> StoreError {
     StoreError::Corrupt(format!("{oid}: {what}: {e}"))
 }
 
+impl Inner {
+    /// Whether the object's onode (or its absence) is cached, or could be
+    /// cached now from what the key-value store holds in memory (then it
+    /// is). Never reads the device: for an event loop to ask before an op.
+    pub fn onode_ready(&self, oid: &ObjectId) -> bool {
+        let mut st = self.state.lock();
+        if st.onodes.knows(oid) {
+            return true;
+        }
+        match load_onode_in_memory(self.kv.as_ref(), oid) {
+            Ok(Some(onode)) => {
+                // Under the state lock no transaction changes it meanwhile.
+                let stamp = st.onodes.stamp(oid);
+                let committed = self.committed();
+                st.onodes
+                    .insert_loaded(oid.clone(), onode.map(Arc::new), stamp, committed)
+            }
+            // Read from the device off the loop; an error, again by the op.
+            Ok(None) | Err(_) => false,
+        }
+    }
+
+    /// Read the object's onode from the key-value store without holding
+    /// the state lock, and cache it unless a transaction changed the object
+    /// meanwhile (see [`crate::cache::OnodeCache::stamp`]). Blocking: for a
+    /// thread that may wait on the device, never the event loop.
+    pub fn load_onode_ahead(&self, oid: &ObjectId) -> Result<(), StoreError> {
+        let stamp = {
+            let st = self.state.lock();
+            if st.onodes.knows(oid) {
+                return Ok(());
+            }
+            st.onodes.stamp(oid)
+        };
+        let onode = load_onode(self.kv.as_ref(), oid)?.map(Arc::new);
+        let committed = self.committed();
+        let mut st = self.state.lock();
+        st.onodes
+            .insert_loaded(oid.clone(), onode, stamp, committed);
+        Ok(())
+    }
+}
+
 /// Read an onode (core and every shard) from the key-value store.
 pub(crate) fn load_onode(kv: &dyn Kv, oid: &ObjectId) -> Result<Option<Onode>, StoreError> {
     let Some(value) = kv.get(&keys::onode(oid)).map_err(kv_error)? else {
         return Ok(None);
     };
-    let core: Core = decode(&value).map_err(|e| corrupt(oid, "onode", e))?;
+    let core = decode_core(oid, &value)?;
     let (start, end) = keys::range_of(&keys::nid_prefix(keys::SHARD, core.nid));
+    let shards = cairn_kv::scan_all(kv, &start, &end).map_err(kv_error)?;
+    with_shards(oid, core, shards).map(Some)
+}
+
+/// [`load_onode`] from what the key-value store holds in memory: `None`
+/// when that is not enough (it would read the device).
+pub(crate) fn load_onode_in_memory(
+    kv: &dyn Kv,
+    oid: &ObjectId,
+) -> Result<Option<Option<Onode>>, StoreError> {
+    let value = match kv.get_in_memory(&keys::onode(oid)).map_err(kv_error)? {
+        None => return Ok(None),
+        Some(None) => return Ok(Some(None)),
+        Some(Some(value)) => value,
+    };
+    let core = decode_core(oid, &value)?;
+    let (start, end) = keys::range_of(&keys::nid_prefix(keys::SHARD, core.nid));
+    match kv
+        .scan_in_memory(&start, &end, usize::MAX)
+        .map_err(kv_error)?
+    {
+        Some(shards) => with_shards(oid, core, shards).map(|o| Some(Some(o))),
+        None => Ok(None),
+    }
+}
+
+fn decode_core(oid: &ObjectId, value: &[u8]) -> Result<Core, StoreError> {
+    decode(value).map_err(|e| corrupt(oid, "onode", e))
+}
+
+/// The onode of `core` with its shards' key-value entries.
+fn with_shards(
+    oid: &ObjectId,
+    core: Core,
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Onode, StoreError> {
     let mut shards = BTreeMap::new();
-    for (key, value) in cairn_kv::scan_all(kv, &start, &end).map_err(kv_error)? {
+    for (key, value) in entries {
         let index =
             keys::decode_shard(&key).ok_or_else(|| corrupt(oid, "shard key", String::new()))?;
         let shard: Shard = decode(&value).map_err(|e| corrupt(oid, "extent shard", e))?;
         shards.insert(index, Arc::new(shard));
     }
-    Ok(Some(Onode::new(core, shards)))
+    Ok(Onode::new(core, shards))
 }

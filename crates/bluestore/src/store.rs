@@ -152,6 +152,7 @@ impl BlueStore {
             let st = inner.state.lock();
             p.onode_cache_hits = st.onodes.hits;
             p.onode_cache_misses = st.onodes.misses;
+            p.onode_cache_loaded_ahead = st.onodes.loaded_ahead;
             p.onode_cache_entries = st.onodes.len() as u64;
             p.onode_cache_bytes = st.onodes.bytes();
             p.free_bytes = st.freelist.total();
@@ -369,6 +370,14 @@ impl ObjectStore for BlueStore {
             inner.perf.read_bytes.fetch_add(len, Ordering::Relaxed);
             Ok(out)
         })
+    }
+
+    fn meta_ready(&self, oid: &ObjectId) -> bool {
+        self.inner.onode_ready(oid)
+    }
+
+    fn load_meta(&self, oid: &ObjectId) -> Result<()> {
+        self.inner.load_onode_ahead(oid)
     }
 
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat> {

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{successor, Batch, Kv, Op, OpRef, Result};
+use crate::{successor, Batch, Entries, Kv, Op, OpRef, Result};
 
 /// Bytes counted per buffered key beyond its key and value (the B-tree's
 /// share and the two allocations' headers), so that a bound on bytes bounds
@@ -254,46 +254,28 @@ impl<K: Kv> BufferedKv<K> {
 
 impl<K: Kv> Kv for BufferedKv<K> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        {
-            let b = self.buffers.lock();
-            let found = match b.active.lookup(key) {
-                Found::Unknown => match &b.spilling {
-                    Some(layer) => layer.lookup(key),
-                    None => Found::Unknown,
-                },
-                found => found,
-            };
-            match found {
-                Found::Value(v) => return Ok(Some(v.to_vec())),
-                Found::Deleted => return Ok(None),
-                Found::Unknown => {}
-            }
+        match self.buffered(key) {
+            Some(found) => Ok(found),
+            None => self.inner.get(key),
         }
-        // Not buffered: either never written or already in `inner` (a
-        // spilling layer is dropped only once `inner` has it).
-        self.inner.get(key)
     }
 
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        if start >= end || limit == 0 {
-            return Ok(Vec::new());
+        match self.scan_layers(start, end, limit, false)? {
+            Some(out) => Ok(out),
+            None => unreachable!("a scan that may read the device always answers"),
         }
-        for attempt in 0.. {
-            // Past a few rounds lost to spills, hold them off for one.
-            let _no_spill = (attempt >= SCAN_RETRIES).then(|| self.spill_lock.lock());
-            let (overlay, hidden, spills) = {
-                let b = self.buffers.lock();
-                let (overlay, hidden) = overlay(&b, start, end);
-                (overlay, hidden, b.spills)
-            };
-            let out = self.merge(start, end, limit, &overlay, &hidden)?;
-            // A spill begun since may have put newer values into `inner`
-            // than the overlay holds: read again.
-            if self.buffers.lock().spills == spills {
-                return Ok(out);
-            }
+    }
+
+    fn get_in_memory(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        match self.buffered(key) {
+            Some(found) => Ok(Some(found)),
+            None => self.inner.get_in_memory(key),
         }
-        unreachable!("a scan holding off spills is never retried")
+    }
+
+    fn scan_in_memory(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Option<Entries>> {
+        self.scan_layers(start, end, limit, true)
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
@@ -393,6 +375,55 @@ fn in_ranges(ranges: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
 impl<K: Kv> BufferedKv<K> {
     /// Up to `limit` entries of `[start, end)`: the inner store's, read in
     /// chunks, under the overlay.
+    /// [`Kv::scan`] over the buffer's layers and `inner`; with
+    /// `memory_only`, `None` when `inner` cannot answer from memory.
+    fn scan_layers(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        memory_only: bool,
+    ) -> Result<Option<Entries>> {
+        if start >= end || limit == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        for attempt in 0.. {
+            // Past a few rounds lost to spills, hold them off for one.
+            let _no_spill = (attempt >= SCAN_RETRIES).then(|| self.spill_lock.lock());
+            let (overlay, hidden, spills) = {
+                let b = self.buffers.lock();
+                let (overlay, hidden) = overlay(&b, start, end);
+                (overlay, hidden, b.spills)
+            };
+            let out = self.merge(start, end, limit, &overlay, &hidden, memory_only)?;
+            // A spill begun since may have put newer values into `inner`
+            // than the overlay holds: read again.
+            if self.buffers.lock().spills == spills {
+                return Ok(out);
+            }
+        }
+        unreachable!("a scan holding off spills is never retried")
+    }
+
+    /// What the buffer's layers say of `key`: `Some(None)` deleted, `None`
+    /// not buffered (either never written or already in `inner`: a
+    /// spilling layer is dropped only once `inner` has it).
+    fn buffered(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let b = self.buffers.lock();
+        let found = match b.active.lookup(key) {
+            Found::Unknown => match &b.spilling {
+                Some(layer) => layer.lookup(key),
+                None => Found::Unknown,
+            },
+            found => found,
+        };
+        match found {
+            Found::Value(v) => Some(Some(v.to_vec())),
+            Found::Deleted => Some(None),
+            Found::Unknown => None,
+        }
+    }
+
     fn merge(
         &self,
         start: &[u8],
@@ -400,7 +431,8 @@ impl<K: Kv> BufferedKv<K> {
         limit: usize,
         overlay: &Overlay,
         hidden: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        memory_only: bool,
+    ) -> Result<Option<Entries>> {
         let chunk = limit.clamp(16, 4096);
         let mut out = Vec::new();
         let mut from = start.to_vec();
@@ -412,10 +444,15 @@ impl<K: Kv> BufferedKv<K> {
             if i > 0 && from.as_slice() < hidden[i - 1].1.as_slice() {
                 from = hidden[i - 1].1.clone();
             }
-            let part = if from.as_slice() < end {
-                self.inner.scan(&from, end, chunk)?
-            } else {
+            let part = if from.as_slice() >= end {
                 Vec::new()
+            } else if memory_only {
+                match self.inner.scan_in_memory(&from, end, chunk)? {
+                    Some(part) => part,
+                    None => return Ok(None),
+                }
+            } else {
+                self.inner.scan(&from, end, chunk)?
             };
             let done = part.len() < chunk;
             // Everything below `upto` is now known.
@@ -436,7 +473,7 @@ impl<K: Kv> BufferedKv<K> {
                 .peekable();
             loop {
                 if out.len() >= limit {
-                    return Ok(out);
+                    return Ok(Some(out));
                 }
                 let take_mine = match (mine.peek(), inner.peek()) {
                     (Some((mk, _)), Some((ik, _))) => *mk < ik,
@@ -453,7 +490,7 @@ impl<K: Kv> BufferedKv<K> {
                 }
             }
             if done {
-                return Ok(out);
+                return Ok(Some(out));
             }
             from = upto;
         }

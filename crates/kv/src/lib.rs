@@ -234,12 +234,28 @@ pub fn encode_put_header(out: &mut Vec<u8>, key: &[u8], value_len: usize) {
     out.extend_from_slice(&(value_len as u32).to_le_bytes());
 }
 
+/// Key-value pairs, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// An ordered key-value store.
 pub trait Kv: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
     /// Up to `limit` entries with `start <= key < end`, in key order.
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+
+    /// [`get`](Self::get) from memory only: `Ok(None)` when the answer
+    /// would need a read from the device. For callers that must not block,
+    /// such as an event loop. The default never answers.
+    fn get_in_memory(&self, _key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        Ok(None)
+    }
+
+    /// [`scan`](Self::scan) from memory only, as
+    /// [`get_in_memory`](Self::get_in_memory).
+    fn scan_in_memory(&self, _start: &[u8], _end: &[u8], _limit: usize) -> Result<Option<Entries>> {
+        Ok(None)
+    }
 
     /// Apply `batch` atomically. With `sync`, it is durable on return, and
     /// so is every batch written before it. Without, it is visible at once

@@ -12,7 +12,7 @@ use std::ops::Bound;
 
 use parking_lot::RwLock;
 
-use crate::{Batch, Kv, Op, Result};
+use crate::{Batch, Entries, Kv, Op, Result};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -122,6 +122,14 @@ impl Kv for MemKv {
             .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+
+    fn get_in_memory(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        self.get(key).map(Some)
+    }
+
+    fn scan_in_memory(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Option<Entries>> {
+        self.scan(start, end, limit).map(Some)
     }
 
     fn sync(&self) -> Result<()> {

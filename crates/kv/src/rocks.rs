@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rocksdb::{Cache, Env, FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
 use crate::rocks_options::{parse_options_string, persist, Base};
-use crate::{Batch, Kv, KvError, Op, OpRef, Result};
+use crate::{Batch, Entries, Kv, KvError, Op, OpRef, Result};
 
 /// How to open a [`RocksKv`].
 #[derive(Clone, Debug)]
@@ -72,6 +72,36 @@ pub struct RocksKv {
 }
 
 impl RocksKv {
+    /// Up to `limit` entries in `start..end`; with `memory_only`, from the
+    /// memtables and the block cache only (`Incomplete` otherwise).
+    fn scan_tier(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        memory_only: bool,
+    ) -> std::result::Result<Entries, rocksdb::Error> {
+        if start >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(end.to_vec());
+        if memory_only {
+            memory_tier(&mut read);
+        }
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek(start);
+        let mut out = Vec::new();
+        while it.valid() && out.len() < limit {
+            if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
     /// Write `wb`, as `write` writes a batch.
     fn write_wb(&self, wb: WriteBatch, sync: bool) -> Result<()> {
         let mut opts = WriteOptions::default();
@@ -189,6 +219,17 @@ impl Drop for RocksKv {
     }
 }
 
+/// Reads from the memtables and the block cache only: RocksDB's
+/// `kBlockCacheTier`, answering `Incomplete` where it would read a file.
+// The target type cannot be written out: it is not exported.
+#[allow(clippy::missing_transmute_annotations)]
+fn memory_tier(read: &mut ReadOptions) {
+    // The crate (0.20.1) takes a `ReadTier` here but does not export the
+    // type: `#[repr(i32)] enum ReadTier { All = 0, BlockCache }`.
+    // SAFETY: same size, and 1 is the value of `ReadTier::BlockCache`.
+    read.set_read_tier(unsafe { std::mem::transmute::<i32, _>(1) });
+}
+
 fn backend(e: rocksdb::Error) -> KvError {
     KvError::Backend(e.into_string())
 }
@@ -199,22 +240,26 @@ impl Kv for RocksKv {
     }
 
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        if start >= end || limit == 0 {
-            return Ok(Vec::new());
-        }
+        self.scan_tier(start, end, limit, false).map_err(backend)
+    }
+
+    fn get_in_memory(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        // The memtables and the block cache only: `Incomplete` otherwise.
         let mut read = ReadOptions::default();
-        read.set_iterate_upper_bound(end.to_vec());
-        let mut it = self.db.raw_iterator_opt(read);
-        it.seek(start);
-        let mut out = Vec::new();
-        while it.valid() && out.len() < limit {
-            if let (Some(k), Some(v)) = (it.key(), it.value()) {
-                out.push((k.to_vec(), v.to_vec()));
-            }
-            it.next();
+        memory_tier(&mut read);
+        match self.db.get_opt(key, &read) {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(None),
+            Err(e) => Err(backend(e)),
         }
-        it.status().map_err(backend)?;
-        Ok(out)
+    }
+
+    fn scan_in_memory(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Option<Entries>> {
+        match self.scan_tier(start, end, limit, true) {
+            Ok(out) => Ok(Some(out)),
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(None),
+            Err(e) => Err(backend(e)),
+        }
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {

@@ -340,3 +340,61 @@ fn rocksdb_paces_its_flushes_at_the_background_write_rate() {
         Some(4096)
     );
 }
+
+/// Reads from memory only: RocksDB answers from its memtables and block
+/// cache and says "not in memory" (`None`) where it would read a table
+/// file; a buffer in front answers what it holds; `MemKv` always answers.
+#[test]
+fn reads_from_memory_only_answer_what_memory_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let kv = rocks(dir.path(), "");
+        put(&kv, b"a1", b"x");
+        put(&kv, b"a2", b"y");
+        // In the memtable.
+        assert_eq!(kv.get_in_memory(b"a1").unwrap(), Some(Some(b"x".to_vec())));
+        assert_eq!(kv.get_in_memory(b"zz").unwrap(), Some(None));
+        kv.sync().unwrap(); // to a table file
+    }
+    let kv = rocks(dir.path(), "");
+    // A cold block cache: the table file would have to be read.
+    assert_eq!(kv.get_in_memory(b"a1").unwrap(), None);
+    assert_eq!(kv.scan_in_memory(b"a", b"b", 10).unwrap(), None);
+    // A read that may block brings the block into the cache.
+    assert_eq!(kv.get(b"a1").unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(kv.get_in_memory(b"a2").unwrap(), Some(Some(b"y".to_vec())));
+    let want = vec![
+        (b"a1".to_vec(), b"x".to_vec()),
+        (b"a2".to_vec(), b"y".to_vec()),
+    ];
+    assert_eq!(
+        kv.scan_in_memory(b"a", b"b", 10).unwrap(),
+        Some(want.clone())
+    );
+    drop(kv);
+
+    // Behind a buffer: what the buffer holds is answered even when the
+    // store under it is cold; the rest is up to that store.
+    let buffered = BufferedKv::new(rocks(dir.path(), ""), 1 << 20);
+    put(&buffered, b"a3", b"z");
+    assert_eq!(
+        buffered.get_in_memory(b"a3").unwrap(),
+        Some(Some(b"z".to_vec()))
+    );
+    assert_eq!(buffered.get_in_memory(b"a1").unwrap(), None);
+    assert_eq!(buffered.scan_in_memory(b"a", b"b", 10).unwrap(), None);
+    assert_eq!(buffered.get(b"a1").unwrap().as_deref(), Some(&b"x"[..]));
+    let mut all = want;
+    all.push((b"a3".to_vec(), b"z".to_vec()));
+    assert_eq!(buffered.scan_in_memory(b"a", b"b", 10).unwrap(), Some(all));
+
+    let mem = MemKv::new();
+    put(&mem, b"k", b"v");
+    assert_eq!(mem.get_in_memory(b"k").unwrap(), Some(Some(b"v".to_vec())));
+    assert_eq!(
+        mem.scan_in_memory(b"", b"\xff", 10)
+            .unwrap()
+            .map(|v| v.len()),
+        Some(1)
+    );
+}

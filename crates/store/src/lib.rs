@@ -202,6 +202,22 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// may hand out bytes it also caches (shared, never changed in place).
     fn read(&self, oid: &ObjectId, offset: u64, len: u64) -> BoxFuture<Result<Bytes>>;
 
+    /// Whether an op on `oid` will find the object's metadata (or that it
+    /// does not exist) in memory, so that running it reads no metadata
+    /// from the device. Never blocks: a store may bring the metadata in
+    /// from another cache of its own to say yes, but does not read the
+    /// device for it. Stores holding everything in memory: always.
+    fn meta_ready(&self, _oid: &ObjectId) -> bool {
+        true
+    }
+
+    /// Bring `oid`'s metadata into memory ahead of an op on it. Blocking
+    /// (it may read the device): for a thread that may wait, never an
+    /// event loop. An error here is reported again by the op itself.
+    fn load_meta(&self, _oid: &ObjectId) -> Result<()> {
+        Ok(())
+    }
+
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat>;
 
     /// One attribute; `Ok(None)` if the object exists without it.

@@ -12,11 +12,14 @@
 //! Messages to a peer go on the connection this OSD opened to it (replies
 //! come back on the peer's own), so both directions keep their order; a
 //! connection lost either way is reported to the core as a peer reset.
-//! Store commits and reads run as tasks that call back into the core.
+//! Store commits and reads run as tasks that call back into the core; an
+//! object's metadata missing from memory is read before its op reaches the
+//! core, off the loop (`meta_ahead`).
 
 mod config;
 mod heartbeat;
 mod io;
+mod meta_ahead;
 mod mon_client;
 mod peers;
 mod throttle;
@@ -28,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_store::ObjectStore;
+use cairn_store::{ObjectId, ObjectStore, TxOp};
 use cairn_types::{Entity, OsdId};
-use cairn_wire::{Connection, Message, Sender, WireError};
+use cairn_wire::{Connection, Message, PgBody, Sender, WireError};
 use parking_lot::{Mutex, RwLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -126,6 +129,8 @@ pub struct Osd {
     pub(crate) heartbeats: heartbeat::Heartbeats,
     /// Client connections and the ops they have in flight.
     pub(crate) clients: throttle::Clients,
+    /// Object metadata read ahead of ops, off the loop.
+    meta_ahead: meta_ahead::MetaAhead,
     next_client: AtomicU64,
     /// The monitor session's sender, while one is up.
     pub(crate) mon: Mutex<Option<Sender>>,
@@ -182,6 +187,7 @@ impl Osd {
                 core: Mutex::new(core),
                 map: RwLock::new(Arc::new(cairn_map::ClusterMap::before_first())),
                 clients,
+                meta_ahead: meta_ahead::MetaAhead::new(),
                 next_client: AtomicU64::new(1),
                 mon: Mutex::new(None),
                 report_now: Notify::new(),
@@ -299,10 +305,15 @@ impl Osd {
     async fn serve_peer(self: Arc<Self>, from: OsdId, mut conn: Connection) {
         loop {
             match conn.reader.read().await {
-                Ok(Message::Pg(msg)) => self
-                    .with_core_from(Some((from, &conn.sender)), |core, io| {
+                Ok(Message::Pg(msg)) => {
+                    if let PgBody::RepOp { txn: Some(txn), .. } = &msg.body {
+                        let oids = txn.ops.iter().filter_map(TxOp::object).cloned();
+                        self.meta_ahead.load(&self.store, oids).await;
+                    }
+                    self.with_core_from(Some((from, &conn.sender)), |core, io| {
                         core.peer_message(from, msg, io)
-                    }),
+                    })
+                }
                 Ok(Message::Ping { nonce }) => {
                     conn.sender.send(Message::Pong { nonce });
                 }
@@ -344,6 +355,8 @@ impl Osd {
             match msg {
                 Message::OsdOp(op) => {
                     self.clients.admit(client, &op).await;
+                    let oid = ObjectId::new(op.pg, op.oid.clone());
+                    self.meta_ahead.load(&self.store, [oid]).await;
                     self.with_core(|core, io| core.client_op(client, op, io));
                 }
                 Message::Ping { nonce } => {
@@ -391,6 +404,9 @@ impl Osd {
             .unwrap_or_else(|e| serde_json::json!({ "store_counters_error": e.to_string() }));
         if let Some(map) = value.as_object_mut() {
             for (name, v) in self.clients.counters() {
+                map.insert(name.into(), v.into());
+            }
+            for (name, v) in self.meta_ahead.counters() {
                 map.insert(name.into(), v.into());
             }
             for (name, v) in self.core.lock().write_times().counters() {
