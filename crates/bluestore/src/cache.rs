@@ -41,6 +41,10 @@ struct BufferShard {
     pinned: foldhash::HashMap<u64, Pinned>,
     clean: LruCache<u64, Bytes>,
     capacity: usize,
+    /// Blocks of this shard pinned or forgotten so far: a read from the
+    /// device caches what it read only if this did not move while it ran
+    /// (see [`BufferCache::epoch`]).
+    changes: u64,
 }
 
 /// Physical blocks in memory. See the module docs.
@@ -60,6 +64,7 @@ impl BufferCache {
                     pinned: Default::default(),
                     clean: LruCache::unbounded(),
                     capacity: per,
+                    changes: 0,
                 })
             })
             .collect();
@@ -121,6 +126,7 @@ impl BufferCache {
         debug_assert_eq!(data.len() as u64, BLOCK);
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
+        s.changes += 1;
         s.clean.pop(&block);
         s.pinned.insert(block, Pinned { data, pin, own });
     }
@@ -140,12 +146,27 @@ impl BufferCache {
         }
     }
 
-    /// A clean copy read from the device. `own` says `data` is a buffer of
-    /// its own, not a slice of a larger one (see `put_clean`).
-    pub fn insert_clean(&self, phys: u64, data: Bytes, own: bool) {
+    /// Taken before the block at `phys` is looked up and read from the
+    /// device, and given back to [`insert_clean`](Self::insert_clean).
+    ///
+    /// A read may finish long after its device read did (its task runs
+    /// later): meanwhile a deferred write may have pinned the block,
+    /// rewritten it in place and unpinned it, leaving the new content
+    /// cached clean. What the read holds is then older than that, and must
+    /// not replace it. Counted per shard: now and then a read is not
+    /// cached for a change to another block of its shard.
+    pub fn epoch(&self, phys: u64) -> u64 {
+        self.shard(phys / BLOCK).lock().changes
+    }
+
+    /// A clean copy read from the device, by a read that took `epoch`
+    /// before it looked the block up; dropped if a write pinned a block of
+    /// its shard since. `own` says `data` is a buffer of its own, not a
+    /// slice of a larger one (see `put_clean`).
+    pub fn insert_clean(&self, phys: u64, data: Bytes, own: bool, epoch: u64) {
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
-        if !s.pinned.contains_key(&block) {
+        if s.changes == epoch && !s.pinned.contains_key(&block) {
             Self::put_clean(&mut s, block, data, own);
         }
     }
@@ -171,7 +192,9 @@ impl BufferCache {
     /// Forget clean copies of `[phys, phys + len)` (space released).
     pub fn forget(&self, phys: u64, len: u64) {
         for block in phys / BLOCK..(phys + len).div_ceil(BLOCK) {
-            self.shard(block).lock().clean.pop(&block);
+            let mut s = self.shard(block).lock();
+            s.changes += 1;
+            s.clean.pop(&block);
         }
     }
 
@@ -401,10 +424,32 @@ mod tests {
         c.unpin(0, p2, true);
         assert_eq!(c.usage(), (BLOCK, 0));
         // A clean block is evicted by another clean block of its shard.
-        c.insert_clean(SHARDS as u64 * BLOCK, a, false);
+        let epoch = c.epoch(SHARDS as u64 * BLOCK);
+        c.insert_clean(SHARDS as u64 * BLOCK, a, false, epoch);
         assert_eq!(c.get(0), None);
         c.forget(SHARDS as u64 * BLOCK, BLOCK);
         assert_eq!(c.usage(), (0, 0));
+    }
+
+    /// A read that began before a write pinned, rewrote and unpinned the
+    /// block holds older content than the cache: it is not cached over it.
+    #[test]
+    fn a_read_older_than_a_write_to_its_block_is_not_cached() {
+        let c = BufferCache::new(SHARDS as u64 * BLOCK * 4);
+        let old = Bytes::from(vec![1u8; BLOCK as usize]);
+        let new = Bytes::from(vec![2u8; BLOCK as usize]);
+        let epoch = c.epoch(0); // the read starts: not cached
+        assert_eq!(c.get(0), None);
+        let pin = c.new_pin();
+        c.pin(0, new.clone(), pin, true);
+        c.unpin(0, pin, true);
+        c.insert_clean(0, old.clone(), true, epoch); // the read ends
+        assert_eq!(c.get(0), Some(new));
+        // A read that began after it is cached.
+        c.forget(0, BLOCK);
+        let epoch = c.epoch(0);
+        c.insert_clean(0, old.clone(), true, epoch);
+        assert_eq!(c.get(0), Some(old));
     }
 
     #[test]

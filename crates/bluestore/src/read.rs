@@ -193,6 +193,7 @@ impl Sources<'_> {
         b: &RawBlock,
         check: impl Fn(&[u8]) -> Result<(), StoreError>,
     ) -> Result<Bytes, StoreError> {
+        let epoch = self.cache.epoch(b.phys);
         if let Some(got) = self.cached(b.phys) {
             return Ok(got);
         }
@@ -206,7 +207,7 @@ impl Sources<'_> {
             .fetch_add(BLOCK, Ordering::Relaxed);
         let block = Bytes::from_owner(buf);
         check(&block)?;
-        self.cache.insert_clean(b.phys, block.clone(), true);
+        self.cache.insert_clean(b.phys, block.clone(), true, epoch);
         Ok(block)
     }
 
@@ -218,6 +219,7 @@ impl Sources<'_> {
         wanted: &[u64],
         check: impl Fn(usize, &[u8]) -> Result<(), StoreError>,
     ) -> Result<Vec<Bytes>, StoreError> {
+        let epochs: Vec<u64> = wanted.iter().map(|&p| self.cache.epoch(p)).collect();
         let mut out: Vec<Option<Bytes>> = wanted.iter().map(|&p| self.cached(p)).collect();
         // Contiguous runs of missing blocks: one device read each, all in flight.
         let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -251,8 +253,12 @@ impl Sources<'_> {
                 let block = whole.slice(k * BLOCK as usize..(k + 1) * BLOCK as usize);
                 check(start + k, &block)?;
                 if cache {
-                    self.cache
-                        .insert_clean(wanted[start + k], block.clone(), n == 1);
+                    self.cache.insert_clean(
+                        wanted[start + k],
+                        block.clone(),
+                        n == 1,
+                        epochs[start + k],
+                    );
                 }
                 out[start + k] = Some(block);
             }
