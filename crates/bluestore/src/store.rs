@@ -380,6 +380,12 @@ impl ObjectStore for BlueStore {
         self.inner.load_onode_ahead(oid)
     }
 
+    fn rewrite_unit(&self) -> u64 {
+        // Deferred writes rewrite whole blocks, direct ones whole
+        // allocation units.
+        self.inner.au().max(crate::onode::BLOCK)
+    }
+
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat> {
         Ok(ObjectStat {
             size: self.onode(oid)?.core.size,

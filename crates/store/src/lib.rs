@@ -218,6 +218,12 @@ pub trait ObjectStore: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The unit a write rewrites whole: a write that covers only part of
+    /// one reads the rest of it first (read-modify-write). 1: none.
+    fn rewrite_unit(&self) -> u64 {
+        1
+    }
+
     fn stat(&self, oid: &ObjectId) -> Result<ObjectStat>;
 
     /// One attribute; `Ok(None)` if the object exists without it.
