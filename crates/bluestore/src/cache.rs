@@ -3,7 +3,8 @@
 //! **Onodes** are cached by object id, least recently used first out. An
 //! entry changed by a transaction that has not committed yet is *dirty*
 //! (it is newer than the key-value store) and is never evicted; an object
-//! removed by such a transaction is cached as a tombstone until then.
+//! removed by such a transaction is cached as a tombstone until then, and
+//! an object found absent is cached as a clean one.
 //! An onode may also be read ahead, off the event loop and without the
 //! store's state lock, and cached clean if no transaction changed an
 //! object of its bucket in the meantime (see [`OnodeCache::stamp`]); an
@@ -41,10 +42,19 @@ struct BufferShard {
     pinned: foldhash::HashMap<u64, Pinned>,
     clean: LruCache<u64, Bytes>,
     capacity: usize,
-    /// Blocks of this shard pinned or forgotten so far: a read from the
-    /// device caches what it read only if this did not move while it ran
-    /// (see [`BufferCache::epoch`]).
-    changes: u64,
+    /// Pins and forgets so far, per bucket of this shard's blocks: a read
+    /// from the device caches what it read only if its block's count did
+    /// not move while it ran (see [`BufferCache::epoch`]).
+    changes: Box<[u64]>,
+}
+
+/// Buckets of [`BufferShard::changes`] per shard.
+const CHANGE_BUCKETS: u64 = 256;
+
+impl BufferShard {
+    fn changes_of(&mut self, block: u64) -> &mut u64 {
+        &mut self.changes[((block / SHARDS as u64) % CHANGE_BUCKETS) as usize]
+    }
 }
 
 /// Physical blocks in memory. See the module docs.
@@ -64,7 +74,7 @@ impl BufferCache {
                     pinned: Default::default(),
                     clean: LruCache::unbounded(),
                     capacity: per,
-                    changes: 0,
+                    changes: vec![0; CHANGE_BUCKETS as usize].into_boxed_slice(),
                 })
             })
             .collect();
@@ -126,7 +136,7 @@ impl BufferCache {
         debug_assert_eq!(data.len() as u64, BLOCK);
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
-        s.changes += 1;
+        *s.changes_of(block) += 1;
         s.clean.pop(&block);
         s.pinned.insert(block, Pinned { data, pin, own });
     }
@@ -153,20 +163,21 @@ impl BufferCache {
     /// later): meanwhile a deferred write may have pinned the block,
     /// rewritten it in place and unpinned it, leaving the new content
     /// cached clean. What the read holds is then older than that, and must
-    /// not replace it. Counted per shard: now and then a read is not
-    /// cached for a change to another block of its shard.
+    /// not replace it. Counted per bucket of blocks: now and then a read is
+    /// not cached for a change to another block of its bucket.
     pub fn epoch(&self, phys: u64) -> u64 {
-        self.shard(phys / BLOCK).lock().changes
+        let block = phys / BLOCK;
+        *self.shard(block).lock().changes_of(block)
     }
 
     /// A clean copy read from the device, by a read that took `epoch`
     /// before it looked the block up; dropped if a write pinned a block of
-    /// its shard since. `own` says `data` is a buffer of its own, not a
+    /// its bucket since. `own` says `data` is a buffer of its own, not a
     /// slice of a larger one (see `put_clean`).
     pub fn insert_clean(&self, phys: u64, data: Bytes, own: bool, epoch: u64) {
         let block = phys / BLOCK;
         let mut s = self.shard(block).lock();
-        if s.changes == epoch && !s.pinned.contains_key(&block) {
+        if *s.changes_of(block) == epoch && !s.pinned.contains_key(&block) {
             Self::put_clean(&mut s, block, data, own);
         }
     }
@@ -193,7 +204,7 @@ impl BufferCache {
     pub fn forget(&self, phys: u64, len: u64) {
         for block in phys / BLOCK..(phys + len).div_ceil(BLOCK) {
             let mut s = self.shard(block).lock();
-            s.changes += 1;
+            *s.changes_of(block) += 1;
             s.clean.pop(&block);
         }
     }
@@ -211,8 +222,8 @@ impl BufferCache {
     }
 }
 
-/// A cached onode: `None` is a tombstone (removed by a transaction not yet
-/// committed).
+/// A cached onode: `None` is a tombstone, the object does not exist
+/// (removed by a transaction, committed or not, or found absent).
 struct Cached {
     onode: Option<Arc<Onode>>,
     /// Sequence number of the last transaction that changed it.
@@ -258,7 +269,8 @@ pub(crate) struct OnodeCache {
 /// What the onode cache knows of an object.
 pub(crate) enum Lookup {
     Present(Arc<Onode>),
-    Removed,
+    /// Known not to exist.
+    Absent,
     Unknown,
 }
 
@@ -346,7 +358,7 @@ impl OnodeCache {
                 self.hits += 1;
                 match &c.onode {
                     Some(o) => Lookup::Present(o.clone()),
-                    None => Lookup::Removed,
+                    None => Lookup::Absent,
                 }
             }
             None => {
@@ -494,7 +506,7 @@ mod tests {
         c.update(ObjectId::new(coll, "gone"), None, 41, 40);
         assert!(matches!(
             c.lookup(&ObjectId::new(coll, "gone")),
-            Lookup::Removed
+            Lookup::Absent
         ));
     }
 }

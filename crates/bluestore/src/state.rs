@@ -228,7 +228,7 @@ impl Inner {
     pub fn onode(&self, st: &mut State, oid: &ObjectId) -> Result<Option<Arc<Onode>>, StoreError> {
         match st.onodes.lookup(oid) {
             Lookup::Present(o) => return Ok(Some(o)),
-            Lookup::Removed => return Ok(None),
+            Lookup::Absent => return Ok(None),
             Lookup::Unknown => {}
         }
         let Some(onode) = load_onode(self.kv.as_ref(), oid)? else {

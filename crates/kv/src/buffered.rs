@@ -373,8 +373,6 @@ fn in_ranges(ranges: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
 }
 
 impl<K: Kv> BufferedKv<K> {
-    /// Up to `limit` entries of `[start, end)`: the inner store's, read in
-    /// chunks, under the overlay.
     /// [`Kv::scan`] over the buffer's layers and `inner`; with
     /// `memory_only`, `None` when `inner` cannot answer from memory.
     fn scan_layers(
@@ -388,6 +386,11 @@ impl<K: Kv> BufferedKv<K> {
             return Ok(Some(Vec::new()));
         }
         for attempt in 0.. {
+            // Holding off spills may wait for one to finish writing, which
+            // a read from memory only must not do: it gives up instead.
+            if memory_only && attempt >= SCAN_RETRIES {
+                return Ok(None);
+            }
             // Past a few rounds lost to spills, hold them off for one.
             let _no_spill = (attempt >= SCAN_RETRIES).then(|| self.spill_lock.lock());
             let (overlay, hidden, spills) = {
@@ -424,6 +427,9 @@ impl<K: Kv> BufferedKv<K> {
         }
     }
 
+    /// Up to `limit` entries of `[start, end)`: the inner store's, read in
+    /// chunks, under the overlay (`None`: with `memory_only`, the inner
+    /// store could not answer from memory).
     fn merge(
         &self,
         start: &[u8],

@@ -246,7 +246,9 @@ pub trait Kv: Send + Sync + 'static {
 
     /// [`get`](Self::get) from memory only: `Ok(None)` when the answer
     /// would need a read from the device. For callers that must not block,
-    /// such as an event loop. The default never answers.
+    /// such as an event loop. The default never answers. An empty value
+    /// may be reported as `Ok(None)` (see `RocksKv`): callers whose values
+    /// can be empty must read them with `get`.
     fn get_in_memory(&self, _key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
         Ok(None)
     }

@@ -248,6 +248,11 @@ impl Kv for RocksKv {
         let mut read = ReadOptions::default();
         memory_tier(&mut read);
         match self.db.get_opt(key, &read) {
+            // RocksDB 7 answers a memory-only read that reaches a table
+            // file not open yet with an empty value, not `Incomplete`
+            // (fixed upstream in 2024, facebook/rocksdb#12443): an empty
+            // value read this way says nothing.
+            Ok(Some(value)) if value.is_empty() => Ok(None),
             Ok(found) => Ok(Some(found)),
             Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(None),
             Err(e) => Err(backend(e)),

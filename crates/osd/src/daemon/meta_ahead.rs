@@ -20,12 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_store::{ObjectId, ObjectStore};
+use cairn_store::{ObjectId, ObjectStore, Transaction, TxOp};
+use cairn_wire::ObjOp;
 use tokio::sync::Semaphore;
 
 /// Metadata reads in flight at once, over every connection.
 pub(crate) const META_LOADS_MAX: usize = 8;
 
+/// Reads ahead of ops, shared by every connection of the OSD.
 pub(crate) struct MetaAhead {
     permits: Semaphore,
     /// Messages that waited for a metadata read.
@@ -46,42 +48,37 @@ impl MetaAhead {
         }
     }
 
-    /// Read (and so cache) the parts of the store's rewrite units that the
-    /// writes `[offset, offset + len)` of `oid` cover only partly, so that
-    /// building their transaction finds them in memory. Does not yield
-    /// when every write covers whole units.
+    /// Read (and so cache) what building the writes `(oid, offset, len)`
+    /// would read from the device: the rest of each rewrite unit a write
+    /// covers only partly, before and after it (`len` 0: a truncation,
+    /// which rewrites the unit it cuts). Does not yield when every write
+    /// covers whole units.
     pub async fn read_partial(
         &self,
         store: &Arc<dyn ObjectStore>,
-        oid: &ObjectId,
-        writes: impl IntoIterator<Item = (u64, u64)>,
+        writes: impl IntoIterator<Item = (ObjectId, u64, u64)>,
     ) {
         let unit = store.rewrite_unit();
         if unit <= 1 {
             return;
         }
-        let mut units: Vec<u64> = Vec::new();
-        for (offset, len) in writes {
+        let mut reads: Vec<(ObjectId, u64, u64)> = Vec::new();
+        for (oid, offset, len) in writes {
             let end = offset.saturating_add(len);
-            if len == 0 {
-                continue;
-            }
             if offset % unit != 0 {
-                units.push(offset - offset % unit);
+                reads.push((oid.clone(), offset - offset % unit, offset % unit));
             }
-            if end % unit != 0 {
-                units.push(end - end % unit);
+            if len > 0 && end % unit != 0 {
+                reads.push((oid, end, unit - end % unit));
             }
         }
-        if units.is_empty() {
+        if reads.is_empty() {
             return;
         }
-        units.sort_unstable();
-        units.dedup();
         self.rmw_reads.fetch_add(1, Ordering::Relaxed);
-        for at in units {
+        for (oid, at, len) in reads {
             // A missing object or a read past its end needs nothing read.
-            if let Err(e) = store.read(oid, at, unit).await {
+            if let Err(e) = store.read(&oid, at, len).await {
                 tracing::debug!("reading {oid} at {at} ahead of a partial write: {e}");
             }
         }
@@ -135,4 +132,31 @@ impl MetaAhead {
             ("rmw_reads_ahead", self.rmw_reads.load(Ordering::Relaxed)),
         ]
     }
+}
+
+/// The writes of a client op on `oid` whose edges may need reading:
+/// `(oid, offset, len)`, a truncation as `len` 0.
+pub(crate) fn client_writes<'a>(
+    oid: &'a ObjectId,
+    ops: &'a [ObjOp],
+) -> impl Iterator<Item = (ObjectId, u64, u64)> + 'a {
+    ops.iter().filter_map(move |op| {
+        let (offset, len) = match op {
+            ObjOp::Write { offset, data } => (*offset, data.len() as u64),
+            ObjOp::Zero { offset, len } => (*offset, *len),
+            ObjOp::Truncate { size } => (*size, 0),
+            _ => return None,
+        };
+        Some((oid.clone(), offset, len))
+    })
+}
+
+/// The same for a replicated transaction.
+pub(crate) fn txn_writes(txn: &Transaction) -> impl Iterator<Item = (ObjectId, u64, u64)> + '_ {
+    txn.ops.iter().filter_map(|op| match op {
+        TxOp::Write { oid, offset, data } => Some((oid.clone(), *offset, data.len() as u64)),
+        TxOp::Zero { oid, offset, len } => Some((oid.clone(), *offset, *len)),
+        TxOp::Truncate { oid, size } => Some((oid.clone(), *size, 0)),
+        _ => None,
+    })
 }

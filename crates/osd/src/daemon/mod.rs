@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use cairn_store::{ObjectId, ObjectStore, TxOp};
 use cairn_types::{Entity, OsdId};
-use cairn_wire::{Connection, Message, ObjOp, PgBody, Sender, WireError};
+use cairn_wire::{Connection, Message, PgBody, Sender, WireError};
 use parking_lot::{Mutex, RwLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -309,19 +309,9 @@ impl Osd {
                     if let PgBody::RepOp { txn: Some(txn), .. } = &msg.body {
                         let oids = txn.ops.iter().filter_map(TxOp::object).cloned();
                         self.meta_ahead.load(&self.store, oids).await;
-                        for op in &txn.ops {
-                            let (oid, write) = match op {
-                                TxOp::Write { oid, offset, data } => {
-                                    (oid, (*offset, data.len() as u64))
-                                }
-                                TxOp::Zero { oid, offset, len } => (oid, (*offset, *len)),
-                                TxOp::Truncate { oid, size } => (oid, (*size, 1)),
-                                _ => continue,
-                            };
-                            self.meta_ahead
-                                .read_partial(&self.store, oid, [write])
-                                .await;
-                        }
+                        self.meta_ahead
+                            .read_partial(&self.store, meta_ahead::txn_writes(txn))
+                            .await;
                     }
                     self.with_core_from(Some((from, &conn.sender)), |core, io| {
                         core.peer_message(from, msg, io)
@@ -370,16 +360,8 @@ impl Osd {
                     self.clients.admit(client, &op).await;
                     let oid = ObjectId::new(op.pg, op.oid.clone());
                     self.meta_ahead.load(&self.store, [oid.clone()]).await;
-                    // A truncation to within a unit rewrites that unit.
-                    let writes = op.ops.iter().filter_map(|o| match o {
-                        ObjOp::Write { offset, data } => Some((*offset, data.len() as u64)),
-                        ObjOp::Zero { offset, len } => Some((*offset, *len)),
-                        ObjOp::Truncate { size } => Some((*size, 1)),
-                        _ => None,
-                    });
-                    self.meta_ahead
-                        .read_partial(&self.store, &oid, writes)
-                        .await;
+                    let writes = meta_ahead::client_writes(&oid, &op.ops);
+                    self.meta_ahead.read_partial(&self.store, writes).await;
                     self.with_core(|core, io| core.client_op(client, op, io));
                 }
                 Message::Ping { nonce } => {
