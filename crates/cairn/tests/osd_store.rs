@@ -268,20 +268,6 @@ fn perf_sum(cluster: &TestCluster, name: &str) -> u64 {
         .sum()
 }
 
-/// `SIGTERM` a daemon (a clean stop) and wait until it is gone.
-fn stop(cluster: &TestCluster, name: &str) {
-    let pid = cluster.pid(name);
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    for _ in 0..1000 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("{name} (pid {pid}) did not stop");
-}
-
 /// After a restart, with RocksDB's block cache cold, an op on an object
 /// whose metadata is only in RocksDB's table files has it read on a
 /// blocking thread before the op reaches the OSD's event loop
@@ -313,7 +299,7 @@ async fn metadata_not_in_memory_is_read_ahead_of_the_op() {
     drop(client);
     // A clean stop writes every buffered key into RocksDB's table files.
     for osd in 0..3 {
-        stop(&cluster, &format!("osd.{osd}"));
+        cluster.stop(&format!("osd.{osd}"));
     }
     cluster.restart_missing();
 

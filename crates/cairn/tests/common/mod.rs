@@ -112,16 +112,26 @@ impl TestCluster {
 
     /// `kill -9` a daemon and wait until it is gone.
     pub fn kill9(&self, name: &str) {
+        self.signal_and_wait(name, libc::SIGKILL, Duration::from_secs(2));
+    }
+
+    /// Stop a daemon cleanly (`SIGTERM`) and wait until it is gone.
+    pub fn stop(&self, name: &str) {
+        self.signal_and_wait(name, libc::SIGTERM, Duration::from_secs(10));
+    }
+
+    fn signal_and_wait(&self, name: &str, signal: i32, within: Duration) {
         let pid = self.pid(name);
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        for _ in 0..200 {
+        unsafe { libc::kill(pid as i32, signal) };
+        let start = std::time::Instant::now();
+        while start.elapsed() < within {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             if stat.is_empty() || stat.contains(") Z ") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("{name} (pid {pid}) did not die");
+        panic!("{name} (pid {pid}) did not exit on signal {signal} within {within:?}");
     }
 
     /// Start every daemon that is not running and wait for all PGs active.
