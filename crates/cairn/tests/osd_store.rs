@@ -281,7 +281,20 @@ fn perf_sum(cluster: &TestCluster, name: &str) -> u64 {
 async fn metadata_not_in_memory_is_read_ahead_of_the_op() {
     use cairn_wire::{ObjOp, OpOutput};
     const OBJECTS: u64 = 300;
-    let cluster = TestCluster::up_with(3, &["--pg-num", "8", "--store", "bluestore"]);
+    // A journal of 1 MiB fills every few hundred writes, and each time
+    // RocksDB's memtables are flushed to table files: most of the onodes
+    // written below are in those files only, whatever the stop leaves.
+    let cluster = TestCluster::up_with(
+        3,
+        &[
+            "--pg-num",
+            "8",
+            "--store",
+            "bluestore",
+            "--set",
+            "osd.bluestore_journal_size=1048576",
+        ],
+    );
     let client = cluster.client().await;
     let pool = client.map().pool_by_name("rbd").expect("pool rbd").id;
     let name = |n: u64| format!("meta-ahead-{n}");
