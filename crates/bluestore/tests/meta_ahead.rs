@@ -85,18 +85,22 @@ impl Kv for ScanGate {
 
 const CACHE: u64 = 64 * MIB;
 
-fn gated_store() -> (Arc<cairn_bluestore::BlueStore>, Arc<ScanGate>) {
+/// A new store in memory over `kv`, with caches of `CACHE` bytes.
+fn store_over(kv: Arc<dyn Kv>) -> Arc<cairn_bluestore::BlueStore> {
     let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
+    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
+    let store = cairn_bluestore::BlueStore::mount(device, kv, Default::default()).unwrap();
+    store.resize_caches(CACHE);
+    store
+}
+
+fn gated_store() -> (Arc<cairn_bluestore::BlueStore>, Arc<ScanGate>) {
     let kv = Arc::new(ScanGate {
         inner: MemKv::new(),
         gate: Mutex::new(Gate::Open),
         moved: Condvar::new(),
     });
-    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
-    let k: Arc<dyn Kv> = kv.clone();
-    let store = cairn_bluestore::BlueStore::mount(device, k, Default::default()).unwrap();
-    store.resize_caches(CACHE);
-    (store, kv)
+    (store_over(kv.clone()), kv)
 }
 
 /// Drop every clean onode from memory: once the key-value store holds
@@ -182,11 +186,7 @@ async fn an_onode_changed_while_read_ahead_is_not_cached() {
 /// the op finds the onode cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_onode_the_key_value_store_holds_in_memory_is_ready_at_once() {
-    let device: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * MIB));
-    let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
-    cairn_bluestore::mkfs(device.as_ref(), kv.as_ref(), &Default::default()).unwrap();
-    let store = cairn_bluestore::BlueStore::mount(device, kv, Default::default()).unwrap();
-    store.resize_caches(CACHE);
+    let store = store_over(Arc::new(MemKv::new()));
     let o = oid(C1, "o");
     commit(&*store, tx(|t| t.write(&o, 0, bytes(pattern(3, 8192))))).await;
     evict_all(&store);

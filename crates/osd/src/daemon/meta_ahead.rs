@@ -53,10 +53,10 @@ impl MetaAhead {
     /// covers only partly, before and after it (`len` 0: a truncation,
     /// which rewrites the unit it cuts). Does not yield when every write
     /// covers whole units.
-    pub async fn read_partial(
+    pub async fn read_partial<'a>(
         &self,
         store: &Arc<dyn ObjectStore>,
-        writes: impl IntoIterator<Item = (ObjectId, u64, u64)>,
+        writes: impl IntoIterator<Item = (&'a ObjectId, u64, u64)>,
     ) {
         let unit = store.rewrite_unit();
         if unit <= 1 {
@@ -69,7 +69,7 @@ impl MetaAhead {
                 reads.push((oid.clone(), offset - offset % unit, offset % unit));
             }
             if len > 0 && end % unit != 0 {
-                reads.push((oid, end, unit - end % unit));
+                reads.push((oid.clone(), end, unit - end % unit));
             }
         }
         if reads.is_empty() {
@@ -86,14 +86,15 @@ impl MetaAhead {
 
     /// Return once the metadata of every object in `oids` is in memory
     /// (or failed to load). Does not yield when it already is.
-    pub async fn load(
+    pub async fn load<'a>(
         &self,
         store: &Arc<dyn ObjectStore>,
-        oids: impl IntoIterator<Item = ObjectId>,
+        oids: impl IntoIterator<Item = &'a ObjectId>,
     ) {
         let mut missing: Vec<ObjectId> = oids
             .into_iter()
             .filter(|oid| !store.meta_ready(oid))
+            .cloned()
             .collect();
         if missing.is_empty() {
             return;
@@ -139,7 +140,7 @@ impl MetaAhead {
 pub(crate) fn client_writes<'a>(
     oid: &'a ObjectId,
     ops: &'a [ObjOp],
-) -> impl Iterator<Item = (ObjectId, u64, u64)> + 'a {
+) -> impl Iterator<Item = (&'a ObjectId, u64, u64)> + 'a {
     ops.iter().filter_map(move |op| {
         let (offset, len) = match op {
             ObjOp::Write { offset, data } => (*offset, data.len() as u64),
@@ -147,16 +148,16 @@ pub(crate) fn client_writes<'a>(
             ObjOp::Truncate { size } => (*size, 0),
             _ => return None,
         };
-        Some((oid.clone(), offset, len))
+        Some((oid, offset, len))
     })
 }
 
 /// The same for a replicated transaction.
-pub(crate) fn txn_writes(txn: &Transaction) -> impl Iterator<Item = (ObjectId, u64, u64)> + '_ {
+pub(crate) fn txn_writes(txn: &Transaction) -> impl Iterator<Item = (&ObjectId, u64, u64)> + '_ {
     txn.ops.iter().filter_map(|op| match op {
-        TxOp::Write { oid, offset, data } => Some((oid.clone(), *offset, data.len() as u64)),
-        TxOp::Zero { oid, offset, len } => Some((oid.clone(), *offset, *len)),
-        TxOp::Truncate { oid, size } => Some((oid.clone(), *size, 0)),
+        TxOp::Write { oid, offset, data } => Some((oid, *offset, data.len() as u64)),
+        TxOp::Zero { oid, offset, len } => Some((oid, *offset, *len)),
+        TxOp::Truncate { oid, size } => Some((oid, *size, 0)),
         _ => None,
     })
 }

@@ -307,7 +307,7 @@ impl Osd {
             match conn.reader.read().await {
                 Ok(Message::Pg(msg)) => {
                     if let PgBody::RepOp { txn: Some(txn), .. } = &msg.body {
-                        let oids = txn.ops.iter().filter_map(TxOp::object).cloned();
+                        let oids = txn.ops.iter().filter_map(TxOp::object);
                         self.meta_ahead.load(&self.store, oids).await;
                         self.meta_ahead
                             .read_partial(&self.store, meta_ahead::txn_writes(txn))
@@ -356,12 +356,14 @@ impl Osd {
                 }
             };
             match msg {
-                Message::OsdOp(op) => {
+                Message::OsdOp(mut op) => {
                     self.clients.admit(client, &op).await;
-                    let oid = ObjectId::new(op.pg, op.oid.clone());
-                    self.meta_ahead.load(&self.store, [oid.clone()]).await;
+                    // The name lent to the object id, not copied, and back.
+                    let oid = ObjectId::new(op.pg, std::mem::take(&mut op.oid));
+                    self.meta_ahead.load(&self.store, [&oid]).await;
                     let writes = meta_ahead::client_writes(&oid, &op.ops);
                     self.meta_ahead.read_partial(&self.store, writes).await;
+                    op.oid = oid.name;
                     self.with_core(|core, io| core.client_op(client, op, io));
                 }
                 Message::Ping { nonce } => {
